@@ -1,0 +1,52 @@
+"""Hypothesis profiles, selected by the ``DC_HYPOTHESIS_PROFILE`` environment variable.
+
+* ``ci``: derandomized, bounded example counts, no deadline (reproducible in CI);
+* ``dev``: random, moderate counts (the default outside CI);
+* ``thorough``: many examples, for nightly or pre-release runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILE_ENV = "DC_HYPOTHESIS_PROFILE"
+PROFILES = ("ci", "dev", "thorough")
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=40,
+    deadline=None,
+    print_blob=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev",
+    max_examples=100,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def selected_profile() -> str:
+    name = os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
+    if name not in PROFILES:
+        raise ValueError(f"{PROFILE_ENV}={name!r} is not one of {', '.join(PROFILES)}")
+    return name
+
+
+def load() -> str:
+    name = selected_profile()
+    settings.load_profile(name)
+    return name

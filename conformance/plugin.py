@@ -1,0 +1,330 @@
+"""The decode-conformance pytest plugin (registered through the ``pytest11`` entry point).
+
+* ``--target``: the engine under test (``reference``, ``llamacpp``, ``mutant:<id>`` or
+  ``module:attr``); see :mod:`conformance.targets.base`.
+* ``@pytest.mark.invariant("ID", ...)``: every conformance test names the invariants it
+  checks; an unknown or planned ID, or a conformance test without the marker, stops collection.
+* ``@pytest.mark.requires("capability", ...)``: skipped (and counted) when the target lacks it.
+* ``--traceability=strict``: an active invariant with no test fails the run, naming the IDs.
+* ``--report-dir DIR``: writes ``DIR/conformance.json`` and ``DIR/conformance.md``.
+* ``--only-invariants ID,...``: run only the tests that check those invariants (used by the
+  meta-tests to run a mutant against the checks it must fail).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import hypothesis_profiles
+from conformance.report import (
+    TestResult,
+    aggregate,
+    area_table,
+    build_report,
+    format_table,
+    write_report,
+)
+from conformance.spec import Invariant, SpecError, load_spec
+
+CONFORMANCE_ROOT = Path(__file__).resolve().parent
+
+
+@dataclass
+class _State:
+    target_spec: str
+    spec_dir: Path | None
+    report_dir: Path | None
+    traceability: str
+    only: frozenset[str]
+    conformance_root: Path = CONFORMANCE_ROOT
+    registry: dict[str, Invariant] | None = None
+    target: Any = None
+    tests_by_invariant: dict[str, set[str]] = field(default_factory=dict)
+    conformance_items: set[str] = field(default_factory=set)
+    results: dict[str, TestResult] = field(default_factory=dict)
+    untested: list[str] = field(default_factory=list)
+    profile: str = ""
+
+
+_STATE_KEY = pytest.StashKey[_State]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("decode-conformance")
+    group.addoption(
+        "--target",
+        default=os.environ.get("DC_TARGET", "reference"),
+        help="engine under test: reference (default), llamacpp, mutant:<id> or module:attr",
+    )
+    group.addoption(
+        "--spec-dir", default=None, help="directory of spec/*.md (default: packaged spec)"
+    )
+    group.addoption(
+        "--conformance-dir",
+        default=None,
+        help="tests under this directory are conformance tests (default: the conformance package)",
+    )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="write conformance.json and conformance.md into this directory",
+    )
+    group.addoption(
+        "--traceability",
+        choices=("strict", "warn", "off"),
+        default="warn",
+        help="strict: fail the run when an active invariant has no test",
+    )
+    group.addoption(
+        "--only-invariants",
+        default="",
+        help="comma-separated invariant IDs: run only tests marked with at least one of them",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "invariant(*ids): the spec invariants (e.g. SAN-001) this test checks"
+    )
+    config.addinivalue_line(
+        "markers", "requires(*capabilities): skip unless the target has these capabilities"
+    )
+    spec_dir = config.getoption("--spec-dir")
+    report_dir = config.getoption("--report-dir")
+    only = frozenset(
+        x.strip() for x in config.getoption("--only-invariants").split(",") if x.strip()
+    )
+    state = _State(
+        target_spec=config.getoption("--target"),
+        spec_dir=Path(spec_dir) if spec_dir else None,
+        report_dir=Path(report_dir) if report_dir else None,
+        traceability=config.getoption("--traceability"),
+        only=only,
+    )
+    if config.getoption("--conformance-dir"):
+        state.conformance_root = Path(config.getoption("--conformance-dir")).resolve()
+    try:
+        state.profile = hypothesis_profiles.load()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_STATE_KEY] = state
+    config.pluginmanager.register(
+        _ResultRecorder(state), f"decode-conformance-recorder-{id(config)}"
+    )
+
+
+def _state(config: pytest.Config) -> _State:
+    return config.stash[_STATE_KEY]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    st = _state(config)
+    return [f"decode-conformance: target={st.target_spec} hypothesis-profile={st.profile}"]
+
+
+def _registry(st: _State) -> dict[str, Invariant]:
+    if st.registry is None:
+        try:
+            st.registry = load_spec(st.spec_dir)
+        except SpecError as exc:
+            raise pytest.UsageError(f"spec error: {exc}") from None
+    return st.registry
+
+
+def _ensure_target(st: _State) -> Any:
+    if st.target is None:
+        from conformance.targets.base import TargetLoadError, load_target
+
+        try:
+            st.target = load_target(st.target_spec)
+        except TargetLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return st.target
+
+
+def is_conformance_item(item: pytest.Item) -> bool:
+    root = _state(item.config).conformance_root
+    try:
+        Path(item.path).resolve().relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _marked_ids(item: pytest.Item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("invariant"):
+        for arg in mark.args:
+            ids.extend([arg] if isinstance(arg, str) else list(arg))
+    return ids
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    st = _state(config)
+    conf_items = [it for it in items if is_conformance_item(it)]
+    if not conf_items:
+        return
+    registry = _registry(st)
+    from conformance.targets.base import capability_registry
+
+    known_caps = capability_registry()
+    problems: list[str] = []
+    for item in conf_items:
+        st.conformance_items.add(item.nodeid)
+        ids = _marked_ids(item)
+        if not ids:
+            problems.append(f"{item.nodeid}: conformance test has no @pytest.mark.invariant(...)")
+        for inv_id in ids:
+            inv = registry.get(inv_id)
+            if inv is None:
+                problems.append(f"{item.nodeid}: unknown invariant ID {inv_id!r}")
+            elif not inv.active:
+                problems.append(
+                    f"{item.nodeid}: invariant {inv_id} is planned ({inv.planned_for}); "
+                    "mark it active in spec/ when its test lands"
+                )
+            else:
+                st.tests_by_invariant.setdefault(inv_id, set()).add(item.nodeid)
+        for mark in item.iter_markers("requires"):
+            for cap in mark.args:
+                if cap not in known_caps:
+                    problems.append(f"{item.nodeid}: requires unknown capability {cap!r}")
+    if problems:
+        st.conformance_items.clear()  # no report for an invalid suite
+        raise pytest.UsageError(
+            "invalid conformance tests:\n  "
+            + "\n  ".join(problems[:50])
+            + (f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else "")
+        )
+    st.untested = sorted(
+        inv.id for inv in registry.values() if inv.active and inv.id not in st.tests_by_invariant
+    )
+    if st.only:
+        unknown = sorted(st.only - set(registry))
+        if unknown:
+            raise pytest.UsageError(
+                f"--only-invariants: unknown invariant IDs {', '.join(unknown)}"
+            )
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            (keep if set(_marked_ids(item)) & st.only else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    # Load the target now so a bad --target is reported before any test runs.
+    _ensure_target(st)
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> Any:
+    """The engine under test (an adapter implementing the target protocol)."""
+    return _ensure_target(_state(request.config))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not is_conformance_item(item):
+        return
+    st = _state(item.config)
+    tgt = _ensure_target(st)
+    caps = getattr(tgt, "capabilities", ())
+    for mark in item.iter_markers("requires"):
+        for cap in mark.args:
+            if cap not in caps:
+                pytest.skip(f"target '{tgt.name}' lacks capability '{cap}'")
+
+
+class _ResultRecorder:
+    """Per-session hook object: records each conformance test's worst phase outcome."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        st = self.state
+        if report.nodeid not in st.conformance_items:
+            return
+        outcome, reason = _classify(report)
+        if outcome is None:
+            return
+        prev = st.results.get(report.nodeid)
+        rank = {"passed": 0, "skipped": 1, "failed": 2}
+        if prev is None or rank[outcome] > rank[prev.outcome]:
+            st.results[report.nodeid] = TestResult(report.nodeid, outcome, reason)
+
+
+def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
+    if hasattr(report, "wasxfail"):
+        # An expected failure is still a failure to conform.
+        return "failed", f"xfail: {report.wasxfail}"
+    if report.failed:
+        return "failed", ""
+    if report.skipped:
+        reason = ""
+        if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        return "skipped", reason
+    if report.when == "call" and report.passed:
+        return "passed", ""
+    return None, ""
+
+
+def _target_info(st: _State) -> dict[str, Any]:
+    tgt = st.target
+    if tgt is None:
+        return {"name": st.target_spec, "version": None, "spec": st.target_spec, "capabilities": []}
+    return {
+        "name": tgt.name,
+        "version": tgt.version,
+        "spec": st.target_spec,
+        "capabilities": sorted(tgt.capabilities),
+    }
+
+
+def _build(st: _State) -> dict[str, Any]:
+    registry = _registry(st)
+    results = aggregate(registry, st.tests_by_invariant, st.results)
+    return build_report(results, _target_info(st), extra={"hypothesis_profile": st.profile})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    st = _state(session.config)
+    if not st.conformance_items:
+        return
+    if st.report_dir is not None:
+        report = _build(st)
+        write_report(report, st.report_dir)
+        session.config.stash[_REPORT_KEY] = report
+    if st.traceability == "strict" and st.untested and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_REPORT_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    st = _state(config)
+    if not st.conformance_items:
+        return
+    report = config.stash.get(_REPORT_KEY, None) or _build(st)
+    tr = terminalreporter
+    tgt = report["summary"]["target"]
+    tr.section(f"conformance: target {tgt['name']} {tgt['version'] or ''}".rstrip())
+    for line in format_table(area_table(report)).splitlines():
+        tr.write_line(line)
+    failed = [i["id"] for i in report["invariants"] if i["outcome"] == "failed"]
+    if failed:
+        tr.write_line(f"failed invariants: {', '.join(failed)}", red=True)
+    if st.untested and st.traceability != "off":
+        msg = f"active invariants without a test ({len(st.untested)}): {', '.join(st.untested)}"
+        tr.write_line(msg, red=st.traceability == "strict", yellow=st.traceability == "warn")
+    if st.report_dir is not None:
+        tr.write_line(f"report: {st.report_dir / 'conformance.json'} and conformance.md")

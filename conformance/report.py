@@ -1,0 +1,263 @@
+"""Conformance report: per-invariant outcomes as JSON and Markdown.
+
+``reports/conformance.json`` holds one record per invariant (id, area, statement, source,
+status, tests, outcome) and a ``summary`` with counts per outcome and per area, the target and
+the git commit. ``reports/conformance.md`` renders the same as tables. When the meta-tests have
+written ``mutation.json`` next to it, both files also carry the mutation score.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import subprocess
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.spec import Invariant
+
+OUTCOMES = ("passed", "failed", "skipped", "untested", "planned")
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class TestResult:
+    nodeid: str
+    outcome: str  # passed | failed | skipped
+    reason: str = ""
+
+
+@dataclass
+class InvariantResult:
+    invariant: Invariant
+    tests: list[str] = field(default_factory=list)
+    results: list[TestResult] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        if not self.invariant.active:
+            return "planned"
+        if not self.tests:
+            return "untested"
+        outcomes = {r.outcome for r in self.results}
+        if "failed" in outcomes:
+            return "failed"
+        if "passed" in outcomes:
+            return "passed"
+        return "skipped"
+
+
+def git_commit(cwd: Path | None = None) -> dict[str, Any]:
+    def run(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    sha = run("rev-parse", "HEAD")
+    status = run("status", "--porcelain", "--untracked-files=no")
+    return {"id": sha, "dirty": bool(status) if status is not None else None}
+
+
+def aggregate(
+    registry: Mapping[str, Invariant],
+    tests_by_invariant: Mapping[str, Iterable[str]],
+    results_by_test: Mapping[str, TestResult],
+) -> list[InvariantResult]:
+    out = []
+    for inv_id in sorted(registry, key=_id_sort_key):
+        tests = sorted(set(tests_by_invariant.get(inv_id, ())))
+        res = []
+        for t in tests:
+            if t in results_by_test:
+                res.append(results_by_test[t])
+            else:
+                res.append(TestResult(t, "skipped", "not selected in this run"))
+        out.append(InvariantResult(registry[inv_id], tests, res))
+    return out
+
+
+def _id_sort_key(inv_id: str) -> tuple[str, int]:
+    prefix, _, num = inv_id.partition("-")
+    return (prefix, int(num))
+
+
+def build_report(
+    results: list[InvariantResult],
+    target: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+    cwd: Path | None = None,
+) -> dict[str, Any]:
+    per_area: dict[str, Counter[str]] = {}
+    totals: Counter[str] = Counter()
+    skip_reasons: Counter[str] = Counter()
+    invariants = []
+    for r in results:
+        outcome = r.outcome
+        totals[outcome] += 1
+        per_area.setdefault(r.invariant.area, Counter())[outcome] += 1
+        for t in r.results:
+            if t.outcome == "skipped" and t.reason:
+                skip_reasons[t.reason] += 1
+        inv = r.invariant
+        invariants.append(
+            {
+                "id": inv.id,
+                "area": inv.area,
+                "statement": inv.statement,
+                "source": inv.source,
+                "status": inv.status if inv.active else f"planned:{inv.planned_for}",
+                "tests": r.tests,
+                "outcome": outcome,
+                "details": [
+                    {
+                        "test": t.nodeid,
+                        "outcome": t.outcome,
+                        **({"reason": t.reason} if t.reason else {}),
+                    }
+                    for t in r.results
+                    if t.outcome != "passed"
+                ],
+            }
+        )
+    summary = {
+        "total": len(results),
+        "outcomes": {o: totals.get(o, 0) for o in OUTCOMES},
+        "areas": {
+            area: {o: c.get(o, 0) for o in OUTCOMES} | {"total": sum(c.values())}
+            for area, c in sorted(per_area.items())
+        },
+        "skip_reasons": dict(skip_reasons.most_common()),
+        "target": dict(target),
+        "commit": git_commit(cwd),
+        "generated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    if extra:
+        summary.update(extra)
+    return {"schema": SCHEMA_VERSION, "summary": summary, "invariants": invariants}
+
+
+def area_table(report: Mapping[str, Any]) -> list[list[str]]:
+    rows = [["area", "invariants", *OUTCOMES]]
+    for area, counts in report["summary"]["areas"].items():
+        rows.append([area, str(counts["total"]), *(str(counts[o]) for o in OUTCOMES)])
+    tot = report["summary"]["outcomes"]
+    rows.append(["TOTAL", str(report["summary"]["total"]), *(str(tot[o]) for o in OUTCOMES)])
+    return rows
+
+
+def format_table(rows: list[list[str]], markdown: bool = False) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def fmt(r: list[str]) -> str:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        return ("| " + " | ".join(cells) + " |") if markdown else "  ".join(cells)
+
+    lines = [fmt(rows[0])]
+    if markdown:
+        lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    else:
+        lines.append("  ".join("-" * w for w in widths))
+    lines += [fmt(r) for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    s = report["summary"]
+    tgt = s["target"]
+    commit = s.get("commit") or {}
+    lines = [
+        "# Conformance report",
+        "",
+        f"- Target: `{tgt.get('name')}` version `{tgt.get('version')}`",
+        f"- Commit: `{commit.get('id')}`{' (dirty)' if commit.get('dirty') else ''}",
+        f"- Generated: {s.get('generated')}",
+    ]
+    if "hypothesis_profile" in s:
+        lines.append(f"- Hypothesis profile: `{s['hypothesis_profile']}`")
+    mutation = s.get("mutation")
+    if mutation:
+        lines.append(
+            f"- Mutation score: {mutation['killed']}/{mutation['total']} mutants killed"
+            f" ({mutation['score']:.0%})"
+        )
+    lines += ["", "## Summary by area", "", format_table(area_table(report), markdown=True), ""]
+    if s.get("skip_reasons"):
+        lines += ["## Skip reasons", "", "| reason | tests |", "|---|---|"]
+        lines += [f"| {_md_escape(k)} | {v} |" for k, v in s["skip_reasons"].items()]
+        lines.append("")
+    if mutation:
+        lines += [
+            "## Mutants",
+            "",
+            "| mutant | area | defect | must fail | killed |",
+            "|---|---|---|---|---|",
+        ]
+        for m in mutation["mutants"]:
+            lines.append(
+                f"| `{m['id']}` | {m['area']} | {_md_escape(m['description'])} | "
+                f"{', '.join(m['kills'])} | {'yes' if m['killed'] else '**NO**'} |"
+            )
+        lines.append("")
+    by_area: dict[str, list[Mapping[str, Any]]] = {}
+    for inv in report["invariants"]:
+        by_area.setdefault(inv["area"], []).append(inv)
+    lines += ["## Invariants", ""]
+    for area, invs in sorted(by_area.items()):
+        lines += [f"### {area}", "", "| ID | outcome | statement | tests |", "|---|---|---|---|"]
+        for inv in invs:
+            outcome = inv["outcome"]
+            if outcome == "failed":
+                outcome = "**FAILED**"
+            elif outcome == "planned":
+                outcome = f"planned ({inv['status'].partition(':')[2]})"
+            lines.append(
+                f"| {inv['id']} | {outcome} | {_md_escape(inv['statement'])} | {len(inv['tests'])} |"
+            )
+        lines.append("")
+    failed = [inv for inv in report["invariants"] if inv["outcome"] == "failed"]
+    if failed:
+        lines += ["## Failures", ""]
+        for inv in failed:
+            lines.append(f"- **{inv['id']}** {_md_escape(inv['statement'])}")
+            for d in inv["details"]:
+                if d["outcome"] == "failed":
+                    lines.append(f"  - `{d['test']}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(
+    report: Mapping[str, Any], report_dir: Path, stem: str = "conformance"
+) -> tuple[Path, Path]:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    jpath = report_dir / f"{stem}.json"
+    mpath = report_dir / f"{stem}.md"
+    jpath.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    mpath.write_text(render_markdown(report), encoding="utf-8")
+    return jpath, mpath
+
+
+def merge_mutation(
+    report_dir: Path, mutation: Mapping[str, Any], stem: str = "conformance"
+) -> None:
+    """Attach a mutation summary to an existing report (written by the meta-tests)."""
+    jpath = report_dir / f"{stem}.json"
+    (report_dir / "mutation.json").write_text(
+        json.dumps(mutation, indent=2) + "\n", encoding="utf-8"
+    )
+    if not jpath.exists():
+        return
+    report = json.loads(jpath.read_text(encoding="utf-8"))
+    report["summary"]["mutation"] = mutation
+    write_report(report, report_dir, stem)

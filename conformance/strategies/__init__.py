@@ -1,0 +1,1 @@
+"""Hypothesis strategies, one module per area (batches, memory states, kv op sequences, ...)."""

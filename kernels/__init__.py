@@ -1,0 +1,1 @@
+"""Triton fused decode kernels over quantized KV caches (and their torch references)."""

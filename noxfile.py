@@ -1,0 +1,129 @@
+"""nox sessions of decode-conformance.
+
+Every session runs with the interpreter that runs nox (no version matrix), so it works where
+only the machine's own python3 exists, including with ``CI`` set. Arguments after ``--`` go to
+pytest (``nox -s conformance -- --target mymod:adapter -k batch``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+if hasattr(nox.options, "download_python"):
+    nox.options.download_python = "never"
+
+ROOT = Path(__file__).resolve().parent
+REPORTS = "reports"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    # constraints.txt pins torch to the CPU wheel; plain pip (not uv) sees the local wheel.
+    extra = ",".join(("test", *extras))
+    session.install("-c", "constraints.txt", "-e", f".[{extra}]")
+
+
+def _env() -> dict[str, str]:
+    profile = os.environ.get("DC_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    return {
+        "DC_HYPOTHESIS_PROFILE": profile,
+        # Triton kernels run through the interpreter on machines without a GPU.
+        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
+        "PYTHONHASHSEED": "0",
+    }
+
+
+def _pytest(session: nox.Session, *args: str) -> None:
+    # Exit code 5 ("no tests collected") is a failure like any other non-zero code.
+    session.run("python", "-m", "pytest", *args, env=_env())
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """THE MAIN JOB: the conformance suite against a target (default: reference) + report."""
+    _install(session)
+    _pytest(session, "conformance", "--report-dir", REPORTS, *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Everything CI needs: conformance (strict traceability), unit tests, meta-tests, snapshots."""
+    _install(session)
+    _pytest(
+        session,
+        "conformance",
+        "--report-dir",
+        REPORTS,
+        "--traceability",
+        "strict",
+        *session.posargs,
+    )
+    _pytest(session, "tests", *session.posargs)
+
+
+@nox.session
+def snapshots(session: nox.Session) -> None:
+    """Regenerate all snapshots (--snapshot-update) and list the files that changed."""
+    _install(session)
+    _pytest(session, "conformance", "--snapshot-update", *session.posargs)
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "snapshots"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    session.log("snapshot files changed:\n" + (changed or "  (none)"))
+
+
+def _not_yet(session: nox.Session, what: str, issue: str) -> None:
+    session.error(f"'{session.name}' is not yet implemented: {what} (tracked in the {issue} issue)")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run the benchmark cases and save the run (commit, dirty flag, machine)."""
+    _not_yet(session, "benchmark harness", "bench")
+
+
+@nox.session
+def bench_compare(session: nox.Session) -> None:
+    """Compare two commits (or two saved runs), interleaved in one job."""
+    _not_yet(session, "cross-commit benchmark comparison", "bench")
+
+
+@nox.session
+def parity(session: nox.Session) -> None:
+    """Differential tests against llama.cpp (llama-cpp-python built from source)."""
+    _not_yet(session, "llama.cpp differential target", "decoder")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """Compiled Triton kernels on a GPU: parity matrix and bandwidth benchmarks."""
+    _not_yet(session, "GPU kernel parity and benchmarks", "kernels")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the packages."""
+    _install(session, "dev")
+    session.run("mypy", "conformance", "reference_impl", "kernels", "tools", "noxfile.py")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run this file with nox: python3 -m nox -l")

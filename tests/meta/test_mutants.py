@@ -1,0 +1,72 @@
+"""Meta-tests: the suite must catch every mutant (a check that cannot fail is a defect).
+
+Each mutant runs in its own pytest process against only the tests that check the invariants
+the mutant breaks; every one of those invariants must be reported ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.mutants import Mutant, all_mutants
+from conformance.spec import load_spec
+
+MUTANTS = all_mutants()
+CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
+
+
+def run_suite_against_mutant(mutant: Mutant, report_dir: Path) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["DC_HYPOTHESIS_PROFILE"] = "ci"  # derandomized: a kill must be reproducible
+    env.setdefault("TRITON_INTERPRET", "1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(CONFORMANCE_DIR),
+        f"--target=mutant:{mutant.id}",
+        f"--only-invariants={','.join(mutant.kills)}",
+        f"--report-dir={report_dir}",
+        "--snapshot-warn-unused",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--tb=no",
+        "--no-header",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    report_path = report_dir / "conformance.json"
+    if not report_path.exists():
+        pytest.fail(
+            f"mutant run wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    report = json.loads(report_path.read_text())
+    return {inv["id"]: inv["outcome"] for inv in report["invariants"] if inv["id"] in mutant.kills}
+
+
+def test_registry_is_well_formed() -> None:
+    registry = load_spec()
+    assert MUTANTS, "no mutants registered"
+    for m in MUTANTS.values():
+        assert m.kills, f"mutant {m.id} names no invariant it breaks"
+        for inv_id in m.kills:
+            assert inv_id in registry, f"mutant {m.id} names unknown invariant {inv_id}"
+            assert registry[inv_id].active, f"mutant {m.id} targets planned invariant {inv_id}"
+
+
+@pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
+def test_mutant_is_killed(mutant_id: str, tmp_path: Path, mutant_verdicts: dict[str, Any]) -> None:
+    mutant = MUTANTS[mutant_id]
+    outcomes = run_suite_against_mutant(mutant, tmp_path)
+    survived = {k: v for k, v in outcomes.items() if v != "failed"}
+    mutant_verdicts[mutant_id] = {"killed": not survived, "outcomes": outcomes}
+    assert not survived, f"mutant {mutant_id} ({mutant.description}) survived: " + ", ".join(
+        f"{k} was {v}" for k, v in sorted(survived.items())
+    )

@@ -1,0 +1,1 @@
+"""Developer tools shipped with the suite (benchmarks)."""

@@ -1,0 +1,1 @@
+"""Benchmark cases (pytest-benchmark) and cross-commit comparison."""

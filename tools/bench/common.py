@@ -1,0 +1,55 @@
+"""Conventions shared by every bench case (pytest-benchmark).
+
+Cases live in ``tools/bench/cases/test_<area>.py`` and call :func:`record` once, so the saved
+JSON carries what the harness needs to report throughput and peer ratios:
+
+* ``area``: spec area (``batch``, ``kv``, ``decoder``, ``kernels``, ...), also the group;
+* ``work`` and ``unit``: the amount of work one round does (e.g. 4096 ``tokens``); the
+  harness reports ``work / median`` as ``<unit>/s``;
+* ``params``: the work size parameters (n_tokens, n_seqs, cells, context, ...);
+* ``pair`` and ``role``: cases measuring the same work on the subject (``"subject"``) and on a
+  real peer (``"peer"``, e.g. llama.cpp, torch SDPA, a numpy memcpy) share a ``pair`` key so the
+  report can give the ratio measured in the same run;
+* ``bytes`` (optional): bytes moved per round, for GB/s on memory-bound cases.
+
+Never assert on timings in a bench case; check correctness outside the timed function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROLES = ("subject", "peer")
+
+
+def record(
+    benchmark: Any,
+    *,
+    area: str,
+    work: float,
+    unit: str,
+    params: dict[str, Any] | None = None,
+    pair: str | None = None,
+    role: str = "subject",
+    peer: str | None = None,
+    bytes_moved: float | None = None,
+) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    if role == "peer" and not peer:
+        raise ValueError("a peer case must name its peer (e.g. peer='llama.cpp')")
+    if work <= 0:
+        raise ValueError("work must be positive")
+    benchmark.group = area
+    info = benchmark.extra_info
+    info["area"] = area
+    info["work"] = float(work)
+    info["unit"] = unit
+    info["params"] = dict(params or {})
+    info["role"] = role
+    if pair is not None:
+        info["pair"] = pair
+    if peer is not None:
+        info["peer"] = peer
+    if bytes_moved is not None:
+        info["bytes"] = float(bytes_moved)
