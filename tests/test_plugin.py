@@ -1,0 +1,258 @@
+"""The pytest plugin, exercised on synthetic spec directories and test files (pytester)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+SPEC = """# Demo area
+| ID | Statement | Source | Status |
+|----|-----------|--------|--------|
+| DEMO-001 | One plus one is two. | arithmetic | active |
+| DEMO-002 | Two times two is four. | arithmetic | active |
+| DEMO-003 | A later rule. | nowhere | planned:later |
+| DEMO-004 | A rule without a test. | nowhere | active |
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "spec").mkdir()
+    (pytester.path / "spec" / "demo.md").write_text(SPEC)
+    (pytester.path / "conf").mkdir()
+    return pytester
+
+
+def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_subprocess(
+        "conf",
+        "--spec-dir",
+        str(p.path / "spec"),
+        "--conformance-dir",
+        str(p.path / "conf"),
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
+
+
+def test_outcomes_are_aggregated_per_invariant(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "def test_ok(target):\n    assert target.name == 'reference'\n"
+        "@pytest.mark.invariant('DEMO-002', 'DEMO-001')\n"
+        "def test_bad():\n    assert 2 * 2 == 5\n"
+    )
+    result = run(suite, "--report-dir", "out")
+    assert result.ret == 1
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+    assert outcomes == {
+        "DEMO-001": "failed",
+        "DEMO-002": "failed",
+        "DEMO-003": "planned",
+        "DEMO-004": "untested",
+    }
+    demo1 = next(i for i in report["invariants"] if i["id"] == "DEMO-001")
+    assert demo1["tests"] == ["conf/test_demo.py::test_bad", "conf/test_demo.py::test_ok"]
+    assert demo1["statement"] == "One plus one is two." and demo1["source"] == "arithmetic"
+    assert demo1["status"] == "active"
+    summary = report["summary"]
+    assert summary["outcomes"] == {
+        "passed": 0,
+        "failed": 2,
+        "skipped": 0,
+        "untested": 1,
+        "planned": 1,
+    }
+    assert summary["areas"]["demo"]["total"] == 4
+    assert summary["target"]["name"] == "reference"
+    assert "commit" in summary
+    md = (suite.path / "out" / "conformance.md").read_text()
+    assert "| DEMO-002 | **FAILED** |" in md
+    result.stdout.fnmatch_lines(
+        ["*conformance: target reference*", "*failed invariants: DEMO-001, DEMO-002*"]
+    )
+
+
+def test_passing_invariant(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok():\n    assert 1 + 1 == 2\n"
+    )
+    result = run(suite, "--report-dir", "out")
+    assert result.ret == 0
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    assert {i["id"]: i["outcome"] for i in report["invariants"]}["DEMO-001"] == "passed"
+
+
+def test_unmarked_unknown_and_planned_ids_stop_collection(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "def test_unmarked():\n    pass\n"
+        "@pytest.mark.invariant('DEMO-999')\ndef test_unknown():\n    pass\n"
+        "@pytest.mark.invariant('DEMO-003')\ndef test_planned():\n    pass\n"
+    )
+    result = run(suite, "--report-dir", "out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_unmarked: conformance test has no @pytest.mark.invariant*",
+            "*test_unknown: unknown invariant ID 'DEMO-999'*",
+            "*test_planned: invariant DEMO-003 is planned (later)*",
+        ]
+    )
+    assert not (suite.path / "out" / "conformance.json").exists()
+
+
+def test_strict_traceability_fails_and_names_ids(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001', 'DEMO-002')\ndef test_ok():\n    pass\n"
+    )
+    assert run(suite).ret == 0  # default: warn only
+    result = run(suite, "--traceability", "strict")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*active invariants without a test (1): DEMO-004*"])
+
+
+def test_missing_capability_skips_and_is_counted(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('demo.cap')\n"
+        "def test_needs_cap():\n    pass\n"
+    )
+    (suite.path / "conftest.py").write_text(
+        "import pytest\n"
+        "from conformance.targets import base\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_configure(config):\n"
+        "    orig = base.capability_registry\n"
+        "    base.capability_registry = lambda: {**orig(), 'demo.cap': ('demo',)}\n"
+    )
+    result = run(suite, "--report-dir", "out", "-rs")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*target 'reference' lacks capability 'demo.cap'*"])
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    assert {i["id"]: i["outcome"] for i in report["invariants"]}["DEMO-001"] == "skipped"
+    assert report["summary"]["skip_reasons"] == {
+        "target 'reference' lacks capability 'demo.cap'": 1
+    }
+
+
+def test_only_invariants_selects_tests(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\ndef test_one():\n    pass\n"
+        "@pytest.mark.invariant('DEMO-002')\ndef test_two():\n    assert False\n"
+    )
+    result = run(suite, "--only-invariants", "DEMO-001", "--report-dir", "out")
+    assert result.ret == 0
+    result.assert_outcomes(passed=1, deselected=1)
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    demo2 = next(i for i in report["invariants"] if i["id"] == "DEMO-002")
+    assert demo2["outcome"] == "skipped"
+    assert demo2["details"][0]["reason"] == "not selected in this run"
+    bad = run(suite, "--only-invariants", "NOPE-001")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*unknown invariant IDs NOPE-001*"])
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nope", "ERROR: unknown target 'nope'; use one of reference, llamacpp*"),
+        (
+            "no_such_module:x",
+            "ERROR: target 'no_such_module:x': module 'no_such_module' failed to import*",
+        ),
+        (
+            "badmod:x",
+            "ERROR: target 'badmod:x': module 'badmod' failed to import: RuntimeError: boom",
+        ),
+        (
+            "okmod:missing",
+            "ERROR: target 'okmod:missing': module 'okmod' has no attribute 'missing'",
+        ),
+        ("okmod:NoName", "ERROR: target 'okmod:NoName' has no attribute 'name'"),
+        ("okmod:UnknownCap", "ERROR: target 'okmod:UnknownCap' declares unknown capability 'x.y'*"),
+        (
+            "okmod:Broken",
+            "ERROR: target 'okmod:Broken': constructing the adapter failed: ValueError: nope",
+        ),
+        ("mutant:does-not-exist", "ERROR: unknown mutant 'does-not-exist'*"),
+    ],
+)
+def test_bad_targets_give_one_clear_line(suite: pytest.Pytester, target: str, message: str) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok(target):\n    pass\n"
+    )
+    (suite.path / "badmod.py").write_text("raise RuntimeError('boom')\n")
+    (suite.path / "okmod.py").write_text(
+        "class NoName:\n    version = '1'\n    capabilities = ()\n"
+        "class UnknownCap:\n    name = 'u'\n    version = '1'\n    capabilities = ('x.y',)\n"
+        "class Broken:\n    def __init__(self):\n        raise ValueError('nope')\n"
+    )
+    result = run(suite, "--target", target)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_third_party_target_module_attr(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\n"
+        "def test_ok(target):\n    assert target.name == 'mine' and target.version == '9'\n"
+    )
+    (suite.path / "mine.py").write_text(
+        "class Adapter:\n    name = 'mine'\n    version = '9'\n    capabilities = frozenset()\n"
+        "def make():\n    return Adapter()\n"
+    )
+    assert run(suite, "--target", "mine:make").ret == 0
+    assert run(suite, "--target", "mine:Adapter").ret == 0
+
+
+def test_unit_tests_outside_the_conformance_dir_are_left_alone(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok():\n    pass\n"
+    )
+    (suite.path / "test_unit.py").write_text("def test_plain():\n    pass\n")
+    result = suite.runpytest_subprocess(
+        "test_unit.py",
+        "--spec-dir",
+        str(suite.path / "spec"),
+        "--conformance-dir",
+        str(suite.path / "conf"),
+    )
+    assert result.ret == 0
+    assert "= conformance: target" not in result.stdout.str()
+
+
+def test_hypothesis_profile_header_and_bad_profile(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok():\n    pass\n"
+    )
+    monkeypatch.setenv("DC_HYPOTHESIS_PROFILE", "thorough")
+    result = run(suite)
+    result.stdout.fnmatch_lines(["*hypothesis-profile=thorough*"])
+    monkeypatch.setenv("DC_HYPOTHESIS_PROFILE", "bogus")
+    bad = run(suite)
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*DC_HYPOTHESIS_PROFILE='bogus' is not one of ci, dev, thorough*"])
+
+
+def test_report_markdown_lists_areas(tmp_path: Path) -> None:
+    from conformance.report import TestResult, aggregate, build_report, render_markdown
+    from conformance.spec import load_spec
+
+    (tmp_path / "demo.md").write_text(SPEC)
+    reg = load_spec(tmp_path)
+    results = aggregate(reg, {"DEMO-001": ["t::a"]}, {"t::a": TestResult("t::a", "passed")})
+    report = build_report(results, {"name": "x", "version": "1"})
+    md = render_markdown(report)
+    assert "| demo  |          4 |      1 |" in md
+    assert "planned (later)" in md
