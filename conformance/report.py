@@ -253,6 +253,7 @@ def merge_mutation(
 ) -> None:
     """Attach a mutation summary to an existing report (written by the meta-tests)."""
     jpath = report_dir / f"{stem}.json"
+    report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "mutation.json").write_text(
         json.dumps(mutation, indent=2) + "\n", encoding="utf-8"
     )
