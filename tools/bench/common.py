@@ -12,14 +12,26 @@ JSON carries what the harness needs to report throughput and peer ratios:
   report can give the ratio measured in the same run;
 * ``bytes`` (optional): bytes moved per round, for GB/s on memory-bound cases.
 
+Cases that take a thread count (torch, llama.cpp) use :func:`bench_threads`, the count the
+harness also gives OpenMP/MKL/OpenBLAS, so subject and peer get the same cores.
+
 Never assert on timings in a bench case; check correctness outside the timed function.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 ROLES = ("subject", "peer")
+
+
+def bench_threads(default: int = 1) -> int:
+    """Threads a case may use (``DC_BENCH_THREADS``, set by the harness; 1 by default)."""
+    try:
+        return max(1, int(os.environ.get("DC_BENCH_THREADS", default)))
+    except ValueError:
+        return default
 
 
 def record(
