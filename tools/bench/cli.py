@@ -203,6 +203,28 @@ def cmd_smoke(a: argparse.Namespace) -> int:
     return 0 if res.returncode == 0 else 1
 
 
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from tools.bench.calibrate import calibrate
+
+    start = time.perf_counter()
+    cal = calibrate(
+        _root(),
+        _settings(a),
+        rev=a.rev,
+        repeats=a.repeats,
+        slow_repeats=a.slow_repeats,
+        slowdown=a.slowdown,
+        threshold=a.threshold,
+        confidence=a.confidence,
+        extra_rounds=a.extra_rounds,
+        progress=log,
+        out=a.report_dir,
+    )
+    print(cal.markdown())
+    log(f"wrote {a.report_dir / 'calibration.md'} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -264,6 +286,21 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--save-dir", type=Path, default=SAVE_DIR)
     _settings_args(b, rounds=4)
     b.set_defaults(fn=cmd_baseline)
+
+    k = sub.add_parser(
+        "calibrate",
+        help="false-positive rate (self-comparisons) and detection of an injected slowdown",
+    )
+    k.add_argument("--rev", default="HEAD", help="the commit to calibrate on (default HEAD)")
+    k.add_argument("--repeats", type=int, default=10, help="self-comparisons (default 10)")
+    k.add_argument("--slow-repeats", type=int, default=2, help="comparisons with the slow copy")
+    k.add_argument("--slowdown", type=float, default=1.3, help="injected factor (default 1.3)")
+    k.add_argument("--threshold", type=float, default=0.10)
+    k.add_argument("--confidence", type=float, default=0.95)
+    k.add_argument("--extra-rounds", type=int, default=4)
+    k.add_argument("--report-dir", type=Path, default=REPORT_DIR)
+    _settings_args(k, rounds=6)
+    k.set_defaults(fn=cmd_calibrate)
 
     s = sub.add_parser("smoke", help="run every case once (--benchmark-disable): do they work?")
     s.add_argument("-k", dest="keyword", default=None)
