@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,7 +41,13 @@ def _settings_args(p: argparse.ArgumentParser, rounds: int) -> None:
         default=0.2,
         help="seconds per case and round, at most unless the repetitions need more (default 0.2)",
     )
-    g.add_argument("--timer", choices=("wall", "cpu"), default="wall", help="default wall")
+    g.add_argument(
+        "--timer",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="cpu: the process's CPU time (default; immune to time slices lost to other "
+        "processes on a shared machine); wall: elapsed time",
+    )
     g.add_argument("--threads", type=int, default=1, help="threads per case (default 1)")
     g.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
 
@@ -308,8 +316,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # CI kills a job with SIGTERM: unwind, so temporary checkouts are removed and the running
+    # round's pytest process is killed by subprocess.run on the way out.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(a.fn(a))
     except BenchError as exc:
@@ -318,3 +335,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted")
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -15,6 +15,11 @@ JSON carries what the harness needs to report throughput and peer ratios:
 Cases that take a thread count (torch, llama.cpp) use :func:`bench_threads`, the count the
 harness also gives OpenMP/MKL/OpenBLAS, so subject and peer get the same cores.
 
+The harness times with the process's CPU time by default (on a shared machine it does not
+count the time slices other processes take). A case whose work happens outside this process's
+CPU time (a GPU kernel, several threads whose latency matters) asks for wall time with
+``@pytest.mark.benchmark(timer=time.perf_counter)``.
+
 Never assert on timings in a bench case; check correctness outside the timed function.
 """
 

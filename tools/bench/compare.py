@@ -186,7 +186,7 @@ def case_set_message(
         detail = ""
         if base is not None and head is not None:
             detail = f" ({base.cases[n].definition()} -> {head.cases[n].definition()})"
-        lines.append(f"  redefined (area, work or unit changed): {n}{detail}")
+        lines.append(f"  redefined (area, work, unit or timer changed): {n}{detail}")
     lines.append("pass --common-only to compare the cases both sides have")
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ import statistics
 from collections import defaultdict
 
 from tools.bench.compare import Comparison
+from tools.bench.runner import TIMERS
 from tools.bench.runs import Case, Run
 
 _PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -102,12 +103,14 @@ def run_markdown(run: Run) -> str:
         "- versions: " + " · ".join(f"{k} {v}" for k, v in run.versions.items() if v is not None),
         f"- settings: {st.get('rounds')} rounds (one process each) × "
         f"≥{st.get('inner_rounds')} timed repetitions or {st.get('max_time')} s per case; "
-        f"timer {st.get('timer')}; {st.get('threads')} thread(s)"
+        f"timer {st.get('timer')} ({TIMERS.get(str(st.get('timer')), '?')}); "
+        f"{st.get('threads')} thread(s)"
         + (f"; -k {st['keyword']!r}" if st.get("keyword") else "")
         + (f"; {run.wall_s:.0f} s in all" if run.wall_s else ""),
         "- median: median over rounds of each round's median time per call; "
         "± is half the range of the round medians, relative",
     ]
+    run_timer = TIMERS.get(str(st.get("timer")), "").removeprefix("time.")
     floor = memory_floor(run)
     floor_bw = traffic(floor) if floor else None
     if floor is not None and floor_bw is not None:
@@ -124,6 +127,8 @@ def run_markdown(run: Run) -> str:
         for c in sorted(by_area[area], key=lambda c: c.name):
             bw = traffic(c)
             role = c.role if c.role == "subject" else f"peer: {c.peer}"
+            if c.timer and c.timer != run_timer:
+                role += f" ({c.timer})"
             rows.append(
                 [
                     f"`{c.name}`",

@@ -41,6 +41,7 @@ class Case:
     pair: str | None = None
     peer: str | None = None
     bytes: float | None = None
+    timer: str = ""  # the clock pytest-benchmark used (a case may override the run's)
     medians: list[float] = field(default_factory=list)  # per round: median per iteration
     mins: list[float] = field(default_factory=list)  # per round: fastest iteration
 
@@ -63,9 +64,9 @@ class Case:
             return float("nan")
         return (max(self.medians) - min(self.medians)) / 2.0 / self.median
 
-    def definition(self) -> tuple[str, float, str]:
+    def definition(self) -> tuple[str, float, str, str]:
         """What must match for two timings of this case to be comparable."""
-        return (self.area, self.work, self.unit)
+        return (self.area, self.work, self.unit, self.timer)
 
 
 @dataclass
