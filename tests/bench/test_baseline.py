@@ -35,6 +35,16 @@ def test_render_and_read_round_trip(tmp_path: Path) -> None:
     assert "t.py::b  1     items  5.0000e-06  200 k items/s  aaaaaaaaaaaa" in text.splitlines()
 
 
+@pytest.mark.parametrize("work", [1048576.0, 67108864.0, 0.5, 1e-3, 123456789.25])
+def test_work_reads_back_exactly(tmp_path: Path, work: float) -> None:
+    run = _run({"a": [1.0]})
+    run.cases["a"].work = work
+    new, _ = baseline.refresh(None, run)
+    path = tmp_path / "b.txt"
+    path.write_text(baseline.render(new))
+    assert baseline.read(path).lines["a"].work == work
+
+
 def test_refresh_keeps_lines_within_tolerance(tmp_path: Path) -> None:
     old, _ = baseline.refresh(None, _run({"a": [1.0], "b": [1.0], "gone": [1.0]}))
     new, changes = baseline.refresh(old, _run({"a": [1.05], "b": [1.5], "c": [1.0]}, "b" * 40))

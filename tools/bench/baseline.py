@@ -36,7 +36,7 @@ class Line:
     def render(self) -> list[str]:
         return [
             self.name,
-            f"{self.work:g}",
+            str(int(self.work)) if self.work.is_integer() else repr(self.work),
             self.unit,
             f"{self.median:.4e}",
             throughput(self.work, self.median, self.unit),
