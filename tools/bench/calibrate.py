@@ -5,8 +5,8 @@
   alarm. The target is at most 1 failing comparison in 10.
 * **Detection**: compare the commit with a copy where every case is made ``slowdown`` slower
   (``1.3`` for +30%): the copy's cases conftest wraps each timed call and busy-waits for the
-  extra fraction of the time the call took, so every case slows by the same factor whatever it
-  measures. Every ``slower`` verdict is a detection.
+  extra fraction of the time the call took, on the clock the harness times with, so every case
+  slows by the same factor whatever it measures. Every ``slower`` verdict is a detection.
 
 The commit's own files are never modified; the slow copy lives in a temporary folder.
 """
@@ -27,7 +27,7 @@ from tools.bench.compare import (
     export_commit,
     resolve_commit,
 )
-from tools.bench.runner import Checkout, ProgressFn, Settings
+from tools.bench.runner import TIMERS, Checkout, ProgressFn, Settings
 from tools.bench.runs import CASES_DIR
 
 _INJECT = """
@@ -39,14 +39,15 @@ def _dc_inject_slowdown() -> None:
     from pytest_benchmark.fixture import BenchmarkFixture
 
     extra = {extra!r}
+    clock = time.{clock}  # the clock the harness times with, so the factor is exact on it
     original = BenchmarkFixture.__call__
 
     def call(self, function_to_benchmark, *args, **kwargs):
         def slowed(*a, **k):
-            t0 = time.perf_counter()
+            t0 = clock()
             result = function_to_benchmark(*a, **k)
-            end = time.perf_counter() + extra * (time.perf_counter() - t0)
-            while time.perf_counter() < end:
+            end = clock() + extra * (clock() - t0)
+            while clock() < end:
                 pass
             return result
 
@@ -59,13 +60,15 @@ _dc_inject_slowdown()
 """
 
 
-def inject_slowdown(checkout: Path, factor: float) -> None:
-    """Make every case of an exported copy ``factor`` times slower (factor > 1)."""
+def inject_slowdown(checkout: Path, factor: float, timer: str = "cpu") -> None:
+    """Make every case of an exported copy ``factor`` times slower (factor > 1), as measured
+    by the harness's ``timer``."""
     if factor <= 1.0:
         raise ValueError("the slowdown factor must be > 1")
+    clock = TIMERS[timer].removeprefix("time.")
     conftest = checkout / CASES_DIR / "conftest.py"
     text = conftest.read_text() if conftest.is_file() else ""
-    conftest.write_text(text + _INJECT.format(extra=factor - 1.0))
+    conftest.write_text(text + _INJECT.format(extra=factor - 1.0, clock=clock))
 
 
 @dataclass
@@ -154,7 +157,7 @@ def calibrate(
         for name in ("base", "head", "slow"):
             copies[name] = Path(tmp) / name
             export_commit(repo, sha, copies[name])
-        inject_slowdown(copies["slow"], slowdown)
+        inject_slowdown(copies["slow"], slowdown, settings.timer)
         info = {"id": sha, "dirty": False}
         base = Source("BASE", checkout=Checkout(f"BASE {sha[:12]}", copies["base"], info))
         head = Source("HEAD", checkout=Checkout(f"HEAD {sha[:12]} (again)", copies["head"], info))
