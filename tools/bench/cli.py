@@ -88,6 +88,15 @@ def measure_here(a: argparse.Namespace) -> Run:
     return run_from_rounds(Checkout(label, root, info), settings, rounds)
 
 
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log("matplotlib is not installed: no chart (pip install -e '.[bench]')")
+        return False
+    return True
+
+
 def write_run_reports(run: Run, report_dir: Path, chart: bool = True) -> list[Path]:
     from tools.bench.report import run_markdown
 
@@ -97,7 +106,7 @@ def write_run_reports(run: Run, report_dir: Path, chart: bool = True) -> list[Pa
     js = report_dir / "bench.json"
     js.write_text(json.dumps(run.to_json(), indent=1) + "\n")
     out = [md, js]
-    if chart:
+    if chart and _have_matplotlib():
         from tools.bench.chart import run_chart
 
         out.append(run_chart(run, report_dir / "bench.png"))
@@ -144,7 +153,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     md.write_text(compare_markdown(comp))
     (a.report_dir / "compare.json").write_text(json.dumps(comp.to_json(), indent=1) + "\n")
     written = [md, a.report_dir / "compare.json"]
-    if not a.no_chart:
+    if not a.no_chart and _have_matplotlib():
         from tools.bench.chart import compare_chart
 
         written.append(compare_chart(comp, a.report_dir / "compare.png"))
