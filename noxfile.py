@@ -91,7 +91,9 @@ def _not_yet(session: nox.Session, what: str, issue: str) -> None:
 def bench(session: nox.Session) -> None:
     """Run the benchmark cases and save the run (commit, dirty flag, machine)."""
     # Options after -- go to `python -m tools.bench run` (--rounds, --max-time, -k, ...).
-    _install(session, "bench")
+    # DC_BENCH_EXTRAS=llamacpp also installs the llama.cpp peer (built from source: slow).
+    extras = [x for x in os.environ.get("DC_BENCH_EXTRAS", "").split(",") if x.strip()]
+    _install(session, "bench", *extras)
     session.run("python", "-m", "tools.bench", "run", *session.posargs, env=_env())
 
 
@@ -103,7 +105,8 @@ def bench_compare(session: nox.Session) -> None:
         session.error(
             "usage: nox -s bench_compare -- BASE [HEAD] [options]; see docs/benchmarks.md"
         )
-    _install(session, "bench")
+    extras = [x for x in os.environ.get("DC_BENCH_EXTRAS", "").split(",") if x.strip()]
+    _install(session, "bench", *extras)
     session.run("python", "-m", "tools.bench", "compare", *session.posargs, env=_env())
 
 
