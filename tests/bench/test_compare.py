@@ -72,6 +72,11 @@ def test_unpaired_runs_warn_that_they_were_not_interleaved() -> None:
     assert comp.mode == "unpaired"
     assert comp.cases[0].verdict == "slower"
     assert any("not interleaved" in w for w in comp.warnings)
+    head.versions = {"torch": "2.13.0"}
+    head.machine = {"cpu": "other"}
+    warnings = compare_runs(base, head, paired=False).warnings
+    assert any(w.startswith("package versions differ: torch None vs 2.13.0") for w in warnings)
+    assert any("different machines (cpu: None vs 'other')" in w for w in warnings)
 
 
 def test_too_few_rounds_say_so() -> None:

@@ -16,6 +16,9 @@ COLORS = {
 }
 
 
+_RATIO_TICKS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -29,9 +32,11 @@ def compare_chart(comp: Comparison, path: Path) -> Path:
     """One row per case: HEAD/BASE ratio with its interval, on a log axis, the no-change band
     shaded; colours give the verdict."""
     plt = _pyplot()
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
     cases = sorted(comp.cases, key=lambda c: (c.area, c.name), reverse=True)
     height = max(2.5, 0.32 * len(cases) + 1.4)
-    fig, ax = plt.subplots(figsize=(9, height))
+    fig, ax = plt.subplots(figsize=(10, height))
     t = comp.threshold
     ax.axvspan(1 / (1 + t), 1 + t, color="#eceff1", zorder=0, label=f"±{t:.0%} threshold")
     ax.axvline(1.0, color="black", lw=0.8, zorder=1)
@@ -46,12 +51,16 @@ def compare_chart(comp: Comparison, path: Path) -> Path:
     lo = min([c.estimate.low for c in cases] + [1 / (1 + 2 * t)])
     hi = max([c.estimate.high for c in cases] + [1 + 2 * t])
     ax.set_xlim(lo / 1.05, hi * 1.05)
+    ticks = [t for t in _RATIO_TICKS if lo / 1.05 <= t <= hi * 1.05]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter([f"{t:g}" for t in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(
         f"time HEAD/BASE (median, {comp.confidence:.0%} interval; > 1 is slower)", fontsize=8
     )
     for v, col in COLORS.items():
         ax.plot([], [], "o", color=col, label=f"{v} ({comp.count(v)})")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title(f"HEAD {comp.head_label} vs BASE {comp.base_label} ({comp.mode})", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -140,6 +140,13 @@ def compare_runs(
                 "the saved runs come from different machines (" + "; ".join(diff) + "): "
                 "ratios mix code and machine"
             )
+        vdiff = [
+            f"{k} {base.versions.get(k)} vs {head.versions.get(k)}"
+            for k in sorted(set(base.versions) | set(head.versions))
+            if base.versions.get(k) != head.versions.get(k)
+        ]
+        if vdiff:
+            warnings.append("package versions differ: " + "; ".join(vdiff))
         warnings.append(
             "saved runs were not interleaved: drift of the machine between them counts as change"
         )
