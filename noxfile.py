@@ -72,6 +72,7 @@ def snapshots(session: nox.Session) -> None:
     """Regenerate all snapshots (--snapshot-update) and list the files that changed."""
     _install(session)
     _pytest(session, "conformance", "--snapshot-update", *session.posargs)
+    session.run("python", "-m", "tools.bench", "baseline", "--update", env=_env())
     changed = subprocess.run(
         ["git", "status", "--porcelain", "--", "snapshots"],
         cwd=ROOT,
@@ -89,13 +90,24 @@ def _not_yet(session: nox.Session, what: str, issue: str) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Run the benchmark cases and save the run (commit, dirty flag, machine)."""
-    _not_yet(session, "benchmark harness", "bench")
+    # Options after -- go to `python -m tools.bench run` (--rounds, --max-time, -k, ...).
+    # DC_BENCH_EXTRAS=llamacpp also installs the llama.cpp peer (built from source: slow).
+    extras = [x for x in os.environ.get("DC_BENCH_EXTRAS", "").split(",") if x.strip()]
+    _install(session, "bench", *extras)
+    session.run("python", "-m", "tools.bench", "run", *session.posargs, env=_env())
 
 
 @nox.session
 def bench_compare(session: nox.Session) -> None:
     """Compare two commits (or two saved runs), interleaved in one job."""
-    _not_yet(session, "cross-commit benchmark comparison", "bench")
+    # nox -s bench_compare -- BASE [HEAD] [--threshold 0.1 --rounds 6 --common-only ...]
+    if not session.posargs:
+        session.error(
+            "usage: nox -s bench_compare -- BASE [HEAD] [options]; see docs/benchmarks.md"
+        )
+    extras = [x for x in os.environ.get("DC_BENCH_EXTRAS", "").split(",") if x.strip()]
+    _install(session, "bench", *extras)
+    session.run("python", "-m", "tools.bench", "compare", *session.posargs, env=_env())
 
 
 @nox.session

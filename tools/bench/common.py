@@ -12,14 +12,34 @@ JSON carries what the harness needs to report throughput and peer ratios:
   report can give the ratio measured in the same run;
 * ``bytes`` (optional): bytes moved per round, for GB/s on memory-bound cases.
 
+Called after the timed call, :func:`record` also stores ``throughput`` (``work / median``, in
+``throughput_unit``) and, with ``bytes``, ``gb_per_s``.
+
+Cases that take a thread count (torch, llama.cpp) use :func:`bench_threads`, the count the
+harness also gives OpenMP/MKL/OpenBLAS, so subject and peer get the same cores.
+
+The harness times with the process's CPU time by default (on a shared machine it does not
+count the time slices other processes take). A case whose work happens outside this process's
+CPU time (a GPU kernel, several threads whose latency matters) asks for wall time with
+``@pytest.mark.benchmark(timer=time.perf_counter)``.
+
 Never assert on timings in a bench case; check correctness outside the timed function.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 ROLES = ("subject", "peer")
+
+
+def bench_threads(default: int = 1) -> int:
+    """Threads a case may use (``DC_BENCH_THREADS``, set by the harness; 1 by default)."""
+    try:
+        return max(1, int(os.environ.get("DC_BENCH_THREADS", default)))
+    except ValueError:
+        return default
 
 
 def record(
@@ -53,3 +73,18 @@ def record(
         info["peer"] = peer
     if bytes_moved is not None:
         info["bytes"] = float(bytes_moved)
+    _throughput(benchmark, info)
+
+
+def _throughput(benchmark: Any, info: dict[str, Any]) -> None:
+    """When the timed call already ran, put its throughput into extra_info too, so
+    pytest-benchmark's own JSON and tables read on their own (the harness recomputes it from
+    the rounds either way)."""
+    meta = getattr(benchmark, "stats", None)
+    median = getattr(getattr(meta, "stats", None), "median", None)
+    if not isinstance(median, float) or median <= 0:
+        return
+    info["throughput"] = info["work"] / median
+    info["throughput_unit"] = f"{info['unit']}/s"
+    if "bytes" in info:
+        info["gb_per_s"] = info["bytes"] / median / 1e9
