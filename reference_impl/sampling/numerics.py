@@ -1,0 +1,128 @@
+"""Float arithmetic with the C library's rounding, and the shared softmax/sort helpers.
+
+llama.cpp's samplers are plain C++ loops over ``float`` (and a few ``double``) values,
+compiled without FMA contraction and calling libm's ``expf``/``logf``/``powf``. To reproduce
+them bit for bit with numpy:
+
+* running sums use ``np.cumsum`` (a sequential left-to-right accumulation, like the C loop)
+  and never ``np.sum`` (pairwise, which rounds differently);
+* ``expf`` re-implements glibc's algorithm (a 32-entry table of 2^(i/32) and a cubic
+  polynomial evaluated in double, then rounded to float): numpy's own float32 ``exp`` differs
+  from glibc in the last bit for a large share of inputs, and a double ``exp`` rounded to
+  float still differs for about 1 input in 2000;
+* ``logf``/``powf`` are the double results rounded to float (glibc's ``logf`` agrees except
+  for rare last-bit differences; they only feed thresholds and entropies).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+F64 = np.float64
+
+# glibc expf (sysdeps/ieee754/flt-32/e_expf.c): 2^(i/32) as double bits minus (i << 47), so
+# that adding k << 47 for the integer part of x*32/ln2 scales by 2^(k/32).
+_EXP2F_TAB = np.array(
+    [
+        0x3FF0000000000000, 0x3FEFD9B0D3158574, 0x3FEFB5586CF9890F, 0x3FEF9301D0125B51,
+        0x3FEF72B83C7D517B, 0x3FEF54873168B9AA, 0x3FEF387A6E756238, 0x3FEF1E9DF51FDEE1,
+        0x3FEF06FE0A31B715, 0x3FEEF1A7373AA9CB, 0x3FEEDEA64C123422, 0x3FEECE086061892D,
+        0x3FEEBFDAD5362A27, 0x3FEEB42B569D4F82, 0x3FEEAB07DD485429, 0x3FEEA47EB03A5585,
+        0x3FEEA09E667F3BCD, 0x3FEE9F75E8EC5F74, 0x3FEEA11473EB0187, 0x3FEEA589994CCE13,
+        0x3FEEACE5422AA0DB, 0x3FEEB737B0CDC5E5, 0x3FEEC49182A3F090, 0x3FEED503B23E255D,
+        0x3FEEE89F995AD3AD, 0x3FEEFF76F2FB5E47, 0x3FEF199BDD85529C, 0x3FEF3720DCEF9069,
+        0x3FEF5818DCFBA487, 0x3FEF7C97337B9B5F, 0x3FEFA4AFA2A490DA, 0x3FEFD0765B6E4540,
+    ],
+    dtype=np.uint64,
+)  # fmt: skip
+_N = 32
+_SHIFT = float.fromhex("0x1.8p+52")  # adding it rounds to an integer kept in the low bits
+_INV_LN2_N = float.fromhex("0x1.71547652b82fep+0") * _N
+_C0 = float.fromhex("0x1.c6af84b912394p-5") / _N / _N / _N
+_C1 = float.fromhex("0x1.ebfce50fac4f3p-3") / _N / _N
+_C2 = float.fromhex("0x1.62e42ff0c52d6p-1") / _N
+_UNDERFLOW = F32(float.fromhex("-0x1.9fe368p6"))  # below log(2^-150): the result is +0
+_OVERFLOW = F32(float.fromhex("0x1.62e42ep6"))  # above log(2^128): the result is +inf
+
+
+def expf(x: np.ndarray) -> np.ndarray:
+    """``expf`` of a float32 array, bit-identical to glibc's."""
+    x = np.asarray(x, dtype=F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = _INV_LN2_N * x.astype(F64)
+        kd = z + _SHIFT
+        ki = kd.view(np.uint64)
+        r = z - (kd - _SHIFT)
+        scale = (_EXP2F_TAB[ki % np.uint64(_N)] + (ki << np.uint64(52 - 5))).view(F64)
+        y = (_C0 * r + _C1) * (r * r) + (_C2 * r + 1.0)
+        out = (y * scale).astype(F32)
+    out = np.where(x < _UNDERFLOW, F32(0.0), out)
+    out = np.where(x > _OVERFLOW, F32(np.inf), out)
+    return np.where(np.isnan(x), x, out).astype(F32, copy=False)
+
+
+def logf(x: np.ndarray | float) -> np.ndarray:
+    """``logf``: the double logarithm rounded to float (log 0 = -inf, no warning)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.asarray(x, dtype=F32).astype(F64)).astype(F32)
+
+
+def powf(x: np.float32, y: np.float32) -> np.float32:
+    with np.errstate(all="ignore"):
+        return F32(np.power(F64(x), F64(y)))
+
+
+def cumsum_f32(x: np.ndarray) -> np.ndarray:
+    """Running float sums, ``acc += x[i]`` in order (the C loop's rounding)."""
+    return np.cumsum(np.asarray(x, dtype=F32), dtype=F32)
+
+
+def sum_f32(x: np.ndarray) -> np.float32:
+    return F32(cumsum_f32(x)[-1]) if len(x) else F32(0.0)
+
+
+def cumsum_f64(x: np.ndarray) -> np.ndarray:
+    """Running double sums of (float or double) values, in order."""
+    return np.cumsum(np.asarray(x, dtype=F64), dtype=F64)
+
+
+def descending_order(logits: np.ndarray) -> np.ndarray:
+    """Indices sorting logits in descending order; equal logits keep their array order.
+
+    llama.cpp uses std::sort/partial_sort, whose order among equal logits is unspecified;
+    the reference picks the stable order so its own results are reproducible.
+    """
+    return np.argsort(-np.asarray(logits, dtype=F32), kind="stable")
+
+
+def top_k_order(logits: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest logits in descending order (stable among equal logits),
+    in O(n + k log k) for large arrays (``k`` must be in [1, n])."""
+    n = logits.shape[0]
+    if k >= n or n <= 4096:
+        return descending_order(logits)[:k]
+    neg = -logits
+    kth = np.partition(neg, k - 1)[k - 1]  # the k-th largest logit, negated
+    above = np.nonzero(neg < kth)[0]
+    tied = np.nonzero(neg == kth)[0][: k - above.size]  # earliest positions win ties
+    chosen = np.concatenate([above, tied])
+    chosen.sort()
+    return chosen[np.argsort(neg[chosen], kind="stable")]
+
+
+def softmax(cur: TokenDataArray, *, do_sort: bool) -> TokenDataArray:
+    """llama_sampler_softmax_impl: optionally sort, then p_i = expf(l_i - max) / sum (float).
+
+    The max is ``logits[0]`` when the array is sorted, the true max otherwise.
+    """
+    if do_sort and not cur.sorted:
+        cur = cur.take(descending_order(cur.logits), sorted=True)
+    logits = cur.logits
+    max_l = logits[0] if cur.sorted else np.max(logits)
+    e = expf(logits - F32(max_l))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = e / sum_f32(e)
+    return cur.with_p(p)
