@@ -20,7 +20,9 @@ F32 = np.float32
 @pytest.mark.invariant("SMP-001")
 @pytest.mark.requires("sampling.candidates")
 @given(row=logits_rows(1, 300), special=st.booleans())
-def test_candidates_cover_the_vocabulary_in_id_order(target: Any, row: np.ndarray, special: bool) -> None:
+def test_candidates_cover_the_vocabulary_in_id_order(
+    target: Any, row: np.ndarray, special: bool
+) -> None:
     if special:  # infinities are legal logits
         row = row.copy()
         row[0] = -np.inf
@@ -49,7 +51,9 @@ def test_candidates_cover_the_vocabulary_in_id_order(target: Any, row: np.ndarra
     ],
     ids=["2-D", "empty", "scalar", "nan"],
 )
-def test_candidates_reject_bad_rows(target: Any, row: np.ndarray, code: str, index: int | None) -> None:
+def test_candidates_reject_bad_rows(
+    target: Any, row: np.ndarray, code: str, index: int | None
+) -> None:
     with pytest.raises(SamplingError) as info:
         target.build_candidates(row)
     assert info.value.code == code

@@ -21,7 +21,9 @@ F32 = np.float32
 @pytest.mark.invariant("SMP-010")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(2, 80, max_scale=2.0), spec=chains())
-def test_chain_equals_members_applied_in_turn(target: Any, cur: TokenDataArray, spec: list[Any]) -> None:
+def test_chain_equals_members_applied_in_turn(
+    target: Any, cur: TokenDataArray, spec: list[Any]
+) -> None:
     whole = apply_once(target, spec, cur)
     step = cur
     for entry in spec:
@@ -125,7 +127,9 @@ def test_sample_returns_the_selected_id_and_accepts_it(target: Any, seed: int, n
     ],
     ids=["no-selecting-sampler", "truncated-after-dist"],
 )
-def test_sample_without_selection_fails_and_restores(target: Any, make_chain: Any, spec: list[Any]) -> None:
+def test_sample_without_selection_fails_and_restores(
+    target: Any, make_chain: Any, spec: list[Any]
+) -> None:
     logits = np.zeros(1000, F32)  # seed 42's first draw selects row 796 of 1000
     chain = make_chain(spec)
     target.sampler_accept(chain, 9)
@@ -136,7 +140,9 @@ def test_sample_without_selection_fails_and_restores(target: Any, make_chain: An
         assert info.value.code == "SMP_NO_SELECTION"
         probe = target.build_candidates(logits_from_seed(1, 1000, 1.0))
         for _ in range(3):
-            assert same_array(target.sampler_apply(chain, probe), target.sampler_apply(witness, probe))
+            assert same_array(
+                target.sampler_apply(chain, probe), target.sampler_apply(witness, probe)
+            )
     finally:
         target.sampler_free(witness)
 

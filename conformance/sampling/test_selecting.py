@@ -19,7 +19,9 @@ F32 = np.float32
 @pytest.mark.invariant("SMP-020")
 @pytest.mark.requires("sampling.samplers")
 @given(row=tied_logits_rows(1, 24), shuffle=st.integers(0, 2**16), sorted_flag=st.booleans())
-def test_greedy_selects_the_first_maximum(target: Any, row: np.ndarray, shuffle: int, sorted_flag: bool) -> None:
+def test_greedy_selects_the_first_maximum(
+    target: Any, row: np.ndarray, shuffle: int, sorted_flag: bool
+) -> None:
     n = row.shape[0]
     ids = np.random.default_rng(shuffle).permutation(n).astype(np.int32)
     p = np.linspace(0.0, 1.0, n, dtype=F32)
@@ -38,7 +40,9 @@ def _softmax64(logits: np.ndarray) -> np.ndarray:
 @pytest.mark.invariant("SMP-021")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(2, 200, max_scale=4.0), seed=seeds(), masked=st.integers(0, 3))
-def test_dist_normalises_and_selects_a_positive_row(target: Any, cur: TokenDataArray, seed: int, masked: int) -> None:
+def test_dist_normalises_and_selects_a_positive_row(
+    target: Any, cur: TokenDataArray, seed: int, masked: int
+) -> None:
     logits = cur.logits.copy()
     logits[: min(masked, cur.size - 1)] = -np.inf  # p = 0 rows can never be drawn (u > 0)
     cur = TokenDataArray(cur.ids, logits, cur.p, -1, cur.sorted and masked == 0)
@@ -81,9 +85,10 @@ def test_dist_on_one_row_consumes_a_draw(target: Any, seed: int) -> None:
     one = TokenDataArray(np.array([5], np.int32), np.array([0.0], F32), np.array([0.25], F32))
     two = TokenDataArray(np.array([5, 6], np.int32), np.zeros(2, F32), np.zeros(2, F32))
     flat = TokenDataArray(np.arange(256, dtype=np.int32), np.zeros(256, F32), np.zeros(256, F32))
-    with chain_of(target, [["dist", {"seed": seed}]]) as single, chain_of(
-        target, [["dist", {"seed": seed}]]
-    ) as control:
+    with (
+        chain_of(target, [["dist", {"seed": seed}]]) as single,
+        chain_of(target, [["dist", {"seed": seed}]]) as control,
+    ):
         out = target.sampler_apply(single, one)
         assert out.selected == 0 and out.p.tolist() == [1.0]
         target.sampler_apply(control, two)
@@ -132,7 +137,9 @@ GOLDEN_SEQUENCES: list[tuple[str, list[Any], np.ndarray, list[int]]] = [
 @pytest.mark.invariant("SMP-023")
 @pytest.mark.requires("sampling.samplers")
 @pytest.mark.parametrize("case", GOLDEN_SEQUENCES, ids=[c[0] for c in GOLDEN_SEQUENCES])
-def test_seeded_sequences_match_llama_cpp(target: Any, make_chain: Any, case: tuple[str, list[Any], np.ndarray, list[int]]) -> None:
+def test_seeded_sequences_match_llama_cpp(
+    target: Any, make_chain: Any, case: tuple[str, list[Any], np.ndarray, list[int]]
+) -> None:
     _, spec, logits, expected = case
     chain = make_chain(spec)
     assert [target.sampler_sample(chain, logits) for _ in range(len(expected))] == expected
@@ -141,11 +148,14 @@ def test_seeded_sequences_match_llama_cpp(target: Any, make_chain: Any, case: tu
 @pytest.mark.invariant("SMP-024")
 @pytest.mark.requires("sampling.samplers")
 @given(seed=seeds(), n=st.integers(2, 500), scale=st.floats(0.0, 3.0))
-def test_same_seed_same_sequence_and_reset_restarts(target: Any, seed: int, n: int, scale: float) -> None:
+def test_same_seed_same_sequence_and_reset_restarts(
+    target: Any, seed: int, n: int, scale: float
+) -> None:
     logits = (np.random.default_rng(seed).standard_normal(n) * scale).astype(F32)
-    with chain_of(target, [["dist", {"seed": seed}]]) as a, chain_of(
-        target, [["dist", {"seed": seed}]]
-    ) as b:
+    with (
+        chain_of(target, [["dist", {"seed": seed}]]) as a,
+        chain_of(target, [["dist", {"seed": seed}]]) as b,
+    ):
         first = [target.sampler_sample(a, logits) for _ in range(8)]
         assert [target.sampler_sample(b, logits) for _ in range(8)] == first
         target.sampler_reset(a)
@@ -156,7 +166,10 @@ def test_same_seed_same_sequence_and_reset_restarts(target: Any, seed: int, n: i
 @pytest.mark.requires("sampling.samplers")
 def test_default_seed_is_random(target: Any, make_chain: Any) -> None:
     # 12 draws over 1000 equally likely tokens: equal sequences have probability 1e-36
-    a, b = make_chain([["dist", {"seed": 0xFFFFFFFF}]]), make_chain([["dist", {"seed": 0xFFFFFFFF}]])
+    a, b = (
+        make_chain([["dist", {"seed": 0xFFFFFFFF}]]),
+        make_chain([["dist", {"seed": 0xFFFFFFFF}]]),
+    )
     first = [target.sampler_sample(a, UNIFORM) for _ in range(12)]
     assert first != [target.sampler_sample(b, UNIFORM) for _ in range(12)]
     target.sampler_reset(a)

@@ -42,7 +42,13 @@ GOLDEN: list[tuple[str, str, list[float], list[Any], list[float]]] = [
     ("SMP-033", "min_p-1.05", P4, [["min_p", {"p": 1.05}], DIST0], [1.0]),
     ("SMP-034", "typical-peaked", [0.97, 0.01, 0.01, 0.01], [["typical", {"p": 0.5}]], [0.97]),
     ("SMP-034", "typical-flat", [0.4, 0.2, 0.2, 0.2], [["typical", {"p": 0.5}]], [0.2, 0.2, 0.2]),
-    ("SMP-035", "top_n_sigma-1", P4, [["top_n_sigma", {"n": 1.0}], DIST0], [0.0, 0.0, 0.428571, 0.571429]),
+    (
+        "SMP-035",
+        "top_n_sigma-1",
+        P4,
+        [["top_n_sigma", {"n": 1.0}], DIST0],
+        [0.0, 0.0, 0.428571, 0.571429],
+    ),
     ("SMP-035", "top_n_sigma-0", P4, [["top_n_sigma", {"n": 0.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
     ("SMP-035", "top_n_sigma-3", P4, [["top_n_sigma", {"n": 3.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
 ]
@@ -53,7 +59,9 @@ GOLDEN: list[tuple[str, str, list[float], list[Any], list[float]]] = [
     ("probs", "spec", "expected"),
     [pytest.param(c[2], c[3], c[4], id=c[1], marks=pytest.mark.invariant(c[0])) for c in GOLDEN],
 )
-def test_golden_vectors(target: Any, probs: list[float], spec: list[Any], expected: list[float]) -> None:
+def test_golden_vectors(
+    target: Any, probs: list[float], spec: list[Any], expected: list[float]
+) -> None:
     out = apply_once(target, spec, from_probs(probs))
     assert out.size == len(expected), describe(out)
     np.testing.assert_allclose(out.p, expected, atol=1e-5, rtol=0)
@@ -155,7 +163,9 @@ def _softmax64(logits: np.ndarray) -> np.ndarray:
 
 
 def _rows_by_id(cur: TokenDataArray) -> dict[int, tuple[float, float]]:
-    return {int(i): (float(lg), float(p)) for i, lg, p in zip(cur.ids, cur.logits, cur.p, strict=True)}
+    return {
+        int(i): (float(lg), float(p)) for i, lg, p in zip(cur.ids, cur.logits, cur.p, strict=True)
+    }
 
 
 @pytest.mark.invariant("SMP-030")
@@ -176,7 +186,9 @@ def test_top_k_keeps_the_k_largest(target: Any, cur: TokenDataArray, k: int) -> 
 @pytest.mark.invariant("SMP-031")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(1, 300), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
-def test_top_p_keeps_the_shortest_prefix_reaching_p(target: Any, cur: TokenDataArray, p: float, min_keep: int) -> None:
+def test_top_p_keeps_the_shortest_prefix_reaching_p(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
     q = _softmax64(cur.logits)
     order = np.argsort(-q, kind="stable")
     running = np.cumsum(q[order])
@@ -207,7 +219,9 @@ def _min_p_case(cur: TokenDataArray, p: float) -> np.ndarray:
 @pytest.mark.invariant("SMP-032")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(1, 200, sorted_=False), p=st.floats(0.001, 1.0), min_keep=st.integers(0, 6))
-def test_min_p_unsorted_filters_in_place(target: Any, cur: TokenDataArray, p: float, min_keep: int) -> None:
+def test_min_p_unsorted_filters_in_place(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
     passing = _min_p_case(cur, p)
     count = int(passing.sum())
     assume(count >= min_keep)
@@ -219,7 +233,9 @@ def test_min_p_unsorted_filters_in_place(target: Any, cur: TokenDataArray, p: fl
 @pytest.mark.invariant("SMP-033")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(1, 200), p=st.floats(0.001, 1.5), min_keep=st.integers(0, 12))
-def test_min_p_sorted_path_keeps_a_prefix(target: Any, cur: TokenDataArray, p: float, min_keep: int) -> None:
+def test_min_p_sorted_path_keeps_a_prefix(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
     passing = _min_p_case(cur, p)
     count = int(passing.sum())
     assume(cur.sorted or count < min_keep or count == 0)
@@ -229,7 +245,9 @@ def test_min_p_sorted_path_keeps_a_prefix(target: Any, cur: TokenDataArray, p: f
     assert out.sorted is True and np.array_equal(out.ids, cur.ids[order]), describe(out)
 
 
-def _typical_expectation(cur: TokenDataArray, p: float, min_keep: int) -> tuple[np.ndarray, np.ndarray]:
+def _typical_expectation(
+    cur: TokenDataArray, p: float, min_keep: int
+) -> tuple[np.ndarray, np.ndarray]:
     q = _softmax64(cur.logits)
     entropy = -np.sum(q * np.log(q))
     scores = np.abs(-np.log(q) - entropy)
@@ -247,7 +265,9 @@ def _typical_expectation(cur: TokenDataArray, p: float, min_keep: int) -> tuple[
 @pytest.mark.invariant("SMP-034")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(1, 120, max_scale=3.0), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
-def test_typical_keeps_the_most_typical_rows(target: Any, cur: TokenDataArray, p: float, min_keep: int) -> None:
+def test_typical_keeps_the_most_typical_rows(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
     keep, q = _typical_expectation(cur, p, min_keep)
     out = apply_once(target, [["typical", {"p": p, "min_keep": min_keep}]], cur)
     assert out.sorted is False
@@ -267,7 +287,9 @@ def test_typical_needs_a_running_sum_above_p(target: Any, n: int, p: float, kept
 @pytest.mark.invariant("SMP-035")
 @pytest.mark.requires("sampling.samplers")
 @given(cur=token_arrays(2, 200), n=st.floats(0.1, 3.0), masked=st.integers(0, 3))
-def test_top_n_sigma_masks_below_the_band(target: Any, cur: TokenDataArray, n: float, masked: int) -> None:
+def test_top_n_sigma_masks_below_the_band(
+    target: Any, cur: TokenDataArray, n: float, masked: int
+) -> None:
     logits = cur.logits.copy()
     logits[cur.size - min(masked, cur.size - 1) :] = -np.inf
     cur = TokenDataArray(cur.ids, logits, cur.p, -1, False)

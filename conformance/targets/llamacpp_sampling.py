@@ -17,6 +17,7 @@ inputs they reject.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Mapping
 from typing import Any
@@ -67,10 +68,8 @@ class LlamaSamplerHandle:
             self.ptr = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter shutdown the library may be gone
             self.free()
-        except Exception:  # interpreter shutdown: the library may already be gone
-            pass
 
     def __repr__(self) -> str:
         return f"<llama.cpp chain {self.names}>"
@@ -127,7 +126,9 @@ def _chain(specs: list[SamplerSpec]) -> LlamaSamplerHandle:
 def _common_entries(prm: Mapping[str, Any]) -> list[SamplerSpec]:
     """common_sampler_init's chain (common/sampling.cpp), written against llama.cpp's names."""
     if np.float32(prm["dry_multiplier"]) != 0.0:
-        raise SamplingError("SMP_UNSUPPORTED", "DRY needs a model vocabulary", field="params.dry_multiplier")
+        raise SamplingError(
+            "SMP_UNSUPPORTED", "DRY needs a model vocabulary", field="params.dry_multiplier"
+        )
     if np.float32(prm["xtc_probability"]) > 0.0 and np.float32(prm["xtc_threshold"]) <= 0.5:
         raise SamplingError("SMP_UNSUPPORTED", "XTC is not exposed", field="params.xtc_probability")
     keep = prm["min_keep"]
@@ -150,7 +151,11 @@ def _common_entries(prm: Mapping[str, Any]) -> list[SamplerSpec]:
         "xtc": SamplerSpec("xtc", {"p": prm["xtc_probability"], "t": prm["xtc_threshold"]}),
         "temperature": SamplerSpec(
             "temp_ext",
-            {"t": prm["temp"], "delta": prm["dynatemp_range"], "exponent": prm["dynatemp_exponent"]},
+            {
+                "t": prm["temp"],
+                "delta": prm["dynatemp_range"],
+                "exponent": prm["dynatemp_exponent"],
+            },
         ),
     }
     out = [SamplerSpec("logit_bias", {"biases": prm["logit_bias"]})] if prm["logit_bias"] else []
@@ -165,7 +170,9 @@ def _to_c(cur: TokenDataArray) -> np.ndarray:
     return buf
 
 
-def _apply_raw(handle: LlamaSamplerHandle, buf: np.ndarray, selected: int, sorted_: bool) -> TokenDataArray:
+def _apply_raw(
+    handle: LlamaSamplerHandle, buf: np.ndarray, selected: int, sorted_: bool
+) -> TokenDataArray:
     lib = _lib()
     arr = lib.llama_token_data_array(
         buf.ctypes.data_as(lib.llama_token_data_p), buf.shape[0], selected, sorted_
@@ -197,7 +204,9 @@ class LlamaCppSampling:
     def sampler_chain_init(self, spec: Any) -> LlamaSamplerHandle:
         return _chain(chainspec.parse_chain(spec))
 
-    def sampler_chain_init_default(self, params: Mapping[str, Any] | None = None) -> LlamaSamplerHandle:
+    def sampler_chain_init_default(
+        self, params: Mapping[str, Any] | None = None
+    ) -> LlamaSamplerHandle:
         return _chain(_common_entries(chainspec.parse_common_params(params)))
 
     def sampler_apply(self, handle: LlamaSamplerHandle, cur: TokenDataArray) -> TokenDataArray:

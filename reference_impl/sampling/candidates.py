@@ -30,7 +30,9 @@ def build_candidates(logits: np.ndarray) -> TokenDataArray:
             field="logits",
         )
     if row.dtype.kind not in "fiu":
-        raise SamplingError("SMP_LOGITS_SHAPE", f"logits must be numeric, got {row.dtype}", field="logits")
+        raise SamplingError(
+            "SMP_LOGITS_SHAPE", f"logits must be numeric, got {row.dtype}", field="logits"
+        )
     row = row.astype(F32, copy=True)
     nan = np.nonzero(np.isnan(row))[0]
     if nan.size:

@@ -141,7 +141,11 @@ def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
         case "temperature":
             return SamplerSpec(
                 "temp_ext",
-                {"t": prm["temp"], "delta": prm["dynatemp_range"], "exponent": prm["dynatemp_exponent"]},
+                {
+                    "t": prm["temp"],
+                    "delta": prm["dynatemp_range"],
+                    "exponent": prm["dynatemp_exponent"],
+                },
             )
     raise SamplingError("SMP_PARAM", f"unknown sampler kind {kind!r}", field="params.samplers")
 
@@ -156,7 +160,9 @@ def common_chain_spec(params: Mapping[str, Any] | None = None) -> list[SamplerSp
         )
     if np.float32(prm["xtc_probability"]) > 0.0 and np.float32(prm["xtc_threshold"]) <= 0.5:
         raise SamplingError(
-            "SMP_UNSUPPORTED", "XTC is not implemented by this suite", field="params.xtc_probability"
+            "SMP_UNSUPPORTED",
+            "XTC is not implemented by this suite",
+            field="params.xtc_probability",
         )
     order = prm["samplers"] if params and "samplers" in params else list(COMMON_ORDER)
     out: list[SamplerSpec] = []

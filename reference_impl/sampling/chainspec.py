@@ -157,7 +157,10 @@ def parse_params(
     rules = SAMPLER_PARAMS[name]
     if not isinstance(params, Mapping):
         raise SamplingError(
-            "SMP_SPEC_FORMAT", f"parameters of '{name}' must be a mapping", field=prefix, index=index
+            "SMP_SPEC_FORMAT",
+            f"parameters of '{name}' must be a mapping",
+            field=prefix,
+            index=index,
         )
     unknown = sorted(str(k) for k in params if k not in rules)
     if unknown:
@@ -175,6 +178,7 @@ def parse_params(
 
 def parse_entry(entry: Any, index: int) -> SamplerSpec:
     where = f"spec[{index}]"
+    params: Any
     if isinstance(entry, str):
         name, params = entry, {}
     elif isinstance(entry, Sequence) and not isinstance(entry, bytes) and 1 <= len(entry) <= 2:

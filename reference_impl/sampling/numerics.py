@@ -16,12 +16,15 @@ them bit for bit with numpy:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
 F64 = np.float64
+Real = float | np.floating[Any]  # a sampler parameter: a Python float or a numpy scalar
 
 # glibc expf (sysdeps/ieee754/flt-32/e_expf.c): 2^(i/32) as double bits minus (i << 47), so
 # that adding k << 47 for the integer part of x*32/ln2 scales by 2^(k/32).
@@ -48,29 +51,67 @@ _UNDERFLOW = F32(float.fromhex("-0x1.9fe368p6"))  # below log(2^-150): the resul
 _OVERFLOW = F32(float.fromhex("0x1.62e42ep6"))  # above log(2^128): the result is +inf
 
 
+_BLOCK = 8192  # elements per pass: the double scratch arrays stay in the L2 cache
+
+
 def expf(x: np.ndarray) -> np.ndarray:
-    """``expf`` of a float32 array, bit-identical to glibc's."""
-    x = np.asarray(x, dtype=F32)
+    """``expf`` of a float32 array (flattened), bit-identical to glibc's.
+
+    Per element: z = x * 32/ln2 = k + r (k the nearest integer, |r| <= 1/2), scale =
+    2^(k/32) built from the table entry k mod 32 by adding k to the exponent bits, and
+    exp(x) = scale * (C0 r^3 + C1 r^2 + C2 r + 1) in double, rounded once to float. The array
+    is processed in blocks with preallocated scratch space: the dozen passes stay in cache.
+    """
+    x = np.asarray(x, dtype=F32).reshape(-1)
+    out = np.empty(x.shape, F32)
+    n = x.shape[0]
+    m = min(n, _BLOCK)
+    r_buf, k_buf, y_buf, t_buf = (np.empty(m, F64) for _ in range(4))
+    bits_buf = np.empty(m, np.uint64)
     with np.errstate(over="ignore", invalid="ignore"):
-        z = _INV_LN2_N * x.astype(F64)
-        kd = z + _SHIFT
-        ki = kd.view(np.uint64)
-        r = z - (kd - _SHIFT)
-        scale = (_EXP2F_TAB[ki % np.uint64(_N)] + (ki << np.uint64(52 - 5))).view(F64)
-        y = (_C0 * r + _C1) * (r * r) + (_C2 * r + 1.0)
-        out = (y * scale).astype(F32)
-    out = np.where(x < _UNDERFLOW, F32(0.0), out)
-    out = np.where(x > _OVERFLOW, F32(np.inf), out)
-    return np.where(np.isnan(x), x, out).astype(F32, copy=False)
+        for start in range(0, n, _BLOCK):
+            stop = min(n, start + _BLOCK)
+            size = stop - start
+            r, kd, y, t, bits = (
+                r_buf[:size],
+                k_buf[:size],
+                y_buf[:size],
+                t_buf[:size],
+                bits_buf[:size],
+            )
+            np.multiply(x[start:stop], _INV_LN2_N, out=r, dtype=F64)  # z
+            np.add(r, _SHIFT, out=kd)  # k sits in the low bits of kd
+            np.subtract(kd, _SHIFT, out=t)  # k as a double
+            np.subtract(r, t, out=r)  # r = z - k
+            ki = kd.view(np.uint64)
+            np.bitwise_and(ki, np.uint64(_N - 1), out=bits)
+            _EXP2F_TAB.take(bits.view(np.int64), out=bits)
+            np.left_shift(ki, np.uint64(52 - 5), out=ki)
+            np.add(bits, ki, out=bits)  # 2^(k/32) as double bits
+            np.multiply(r, _C0, out=y)
+            np.add(y, _C1, out=y)
+            np.multiply(r, r, out=t)
+            np.multiply(y, t, out=y)
+            np.multiply(r, _C2, out=t)
+            np.add(t, 1.0, out=t)
+            np.add(y, t, out=y)
+            np.multiply(y, bits.view(F64), out=y)
+            out[start:stop] = y
+    if not np.all((x >= _UNDERFLOW) & (x <= _OVERFLOW)):  # -inf, NaN, under/overflow
+        out[x < _UNDERFLOW] = 0.0
+        out[x > _OVERFLOW] = np.inf
+        nan = np.isnan(x)
+        out[nan] = x[nan]
+    return out
 
 
-def logf(x: np.ndarray | float) -> np.ndarray:
+def logf(x: np.ndarray | Real) -> np.ndarray:
     """``logf``: the double logarithm rounded to float (log 0 = -inf, no warning)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(np.asarray(x, dtype=F32).astype(F64)).astype(F32)
 
 
-def powf(x: np.float32, y: np.float32) -> np.float32:
+def powf(x: Real, y: Real) -> np.float32:
     with np.errstate(all="ignore"):
         return F32(np.power(F64(x), F64(y)))
 
@@ -89,13 +130,41 @@ def cumsum_f64(x: np.ndarray) -> np.ndarray:
     return np.cumsum(np.asarray(x, dtype=F64), dtype=F64)
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """Ascending order of ``keys`` with equal keys in index order (a stable argsort).
+
+    numpy's unstable sort is several times faster than its stable one; its result is fixed
+    up by sorting the indices inside each run of equal keys, which are few in practice.
+    """
+    order = np.argsort(keys)
+    ranked = keys[order]
+    if ranked.size and np.isnan(ranked[-1]):  # NaN keys (sorted last) are never "equal"
+        return np.argsort(keys, kind="stable")
+    same = ranked[1:] == ranked[:-1]
+    if not same.any():
+        return order
+    in_run = np.zeros(order.size, dtype=bool)  # positions belonging to a run of equal keys
+    in_run[1:] |= same
+    in_run[:-1] |= same
+    tied = np.flatnonzero(in_run)
+    run_id = np.cumsum(np.concatenate(([True], ~same)))[tied]
+    # within each run, order by index: sort the tied slots by (run, index)
+    order[tied] = order[tied][np.lexsort((order[tied], run_id))]
+    return order
+
+
 def descending_order(logits: np.ndarray) -> np.ndarray:
     """Indices sorting logits in descending order; equal logits keep their array order.
 
     llama.cpp uses std::sort/partial_sort, whose order among equal logits is unspecified;
     the reference picks the stable order so its own results are reproducible.
     """
-    return np.argsort(-np.asarray(logits, dtype=F32), kind="stable")
+    return _stable_order(-np.asarray(logits, dtype=F32))
+
+
+def ascending_order(values: np.ndarray) -> np.ndarray:
+    """Indices sorting values ascending, equal values in array order (NaN last)."""
+    return _stable_order(np.asarray(values))
 
 
 def top_k_order(logits: np.ndarray, k: int) -> np.ndarray:
@@ -122,7 +191,7 @@ def softmax(cur: TokenDataArray, *, do_sort: bool) -> TokenDataArray:
         cur = cur.take(descending_order(cur.logits), sorted=True)
     logits = cur.logits
     max_l = logits[0] if cur.sorted else np.max(logits)
-    e = expf(logits - F32(max_l))
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf, 0 / 0: NaN as in C
+        e = expf(logits - F32(max_l))
         p = e / sum_f32(e)
     return cur.with_p(p)

@@ -44,6 +44,9 @@ class _Base:
     def reset(self) -> None:
         return None
 
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        raise NotImplementedError
+
     def clone(self) -> Sampler:
         return copy.deepcopy(self)
 
@@ -258,7 +261,9 @@ def penalties_disabled(last_n: int, repeat: float, freq: float, present: float) 
     return last_n == 0 or (F32(repeat) == 1.0 and F32(freq) == 0.0 and F32(present) == 0.0)
 
 
-def init_penalties(last_n: int, repeat: float = 1.0, freq: float = 0.0, present: float = 0.0) -> Sampler:
+def init_penalties(
+    last_n: int, repeat: float = 1.0, freq: float = 0.0, present: float = 0.0
+) -> Sampler:
     last_n = max(last_n, 0)  # a negative window is clamped to 0, which disables the sampler
     if penalties_disabled(last_n, repeat, freq, present):
         return Empty("?penalties")

@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from reference_impl.sampling import numerics
+from reference_impl.sampling.numerics import Real
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
 F64 = np.float64
 
 
-def temp(cur: TokenDataArray, t: float) -> TokenDataArray:
+def temp(cur: TokenDataArray, t: Real) -> TokenDataArray:
     """t > 0: every logit divided by t (float). t <= 0: the first maximum keeps its logit and
     every other candidate gets -inf. Order, ids, p and ``sorted`` are unchanged."""
     t32 = F32(t)
@@ -29,10 +30,11 @@ def temp(cur: TokenDataArray, t: float) -> TokenDataArray:
         out = np.full(cur.size, -np.inf, dtype=F32)
         out[best] = cur.logits[best]
         return cur.with_logits(out)
-    return cur.with_logits(cur.logits / t32)
+    with np.errstate(over="ignore"):  # a tiny t overflows to +-inf, as in C
+        return cur.with_logits(cur.logits / t32)
 
 
-def temp_ext(cur: TokenDataArray, t: float, delta: float, exponent: float) -> TokenDataArray:
+def temp_ext(cur: TokenDataArray, t: Real, delta: Real, exponent: Real) -> TokenDataArray:
     """Dynamic temperature (entropy-scaled) when ``delta > 0``, plain :func:`temp` otherwise.
 
     dyn = max(0, t - delta) + 2*delta' * (H / ln n) ** exponent, where H is the entropy of the
@@ -50,7 +52,9 @@ def temp_ext(cur: TokenDataArray, t: float, delta: float, exponent: float) -> To
     max_entropy = F32(-numerics.logf(F32(1.0) / F32(cur.size)))
     cur = numerics.softmax(cur, do_sort=True)
     positive = cur.p[cur.p > 0.0]
-    entropy = F32(-numerics.sum_f32(positive * numerics.logf(positive))) if positive.size else F32(0)
+    entropy = (
+        F32(-numerics.sum_f32(positive * numerics.logf(positive))) if positive.size else F32(0)
+    )
     # the C loop subtracts each term from 0; summing the terms then negating rounds the same
     normalized = F32(entropy / max_entropy)
     dyn = F32(min_temp + F32(F32(max_temp - min_temp) * numerics.powf(normalized, e32)))
@@ -65,9 +69,9 @@ def temp_ext(cur: TokenDataArray, t: float, delta: float, exponent: float) -> To
 def penalties(
     cur: TokenDataArray,
     counts: Mapping[int, int],
-    repeat: float,
-    freq: float,
-    present: float,
+    repeat: Real,
+    freq: Real,
+    present: Real,
 ) -> TokenDataArray:
     """Repetition penalties for tokens seen in the window (``counts``: id -> occurrences > 0).
 
@@ -90,7 +94,7 @@ def penalties(
     return cur.with_logits(logits, sorted=False)
 
 
-def logit_bias(cur: TokenDataArray, biases: Sequence[tuple[int, float]]) -> TokenDataArray:
+def logit_bias(cur: TokenDataArray, biases: Sequence[tuple[int, Real]]) -> TokenDataArray:
     """Add each ``(token, bias)`` to that token's logit.
 
     A bias whose token sits at its own index (``ids[token] == token``) is added there, each

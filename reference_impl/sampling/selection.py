@@ -38,13 +38,14 @@ def dist(cur: TokenDataArray, draw: Callable[[], float]) -> TokenDataArray:
         draw()
         return TokenDataArray(cur.ids, cur.logits, np.ones(1, F32), 0, cur.sorted)
     max_l = cur.logits[0] if cur.sorted else np.max(cur.logits)
-    p = numerics.expf(cur.logits - F32(max_l))
+    with np.errstate(invalid="ignore"):  # inf - inf = NaN, as in C
+        p = numerics.expf(cur.logits - F32(max_l))
     running = numerics.cumsum_f64(p)
     total = running[-1]
-    target = total * draw()
-    selected = int(np.searchsorted(running, target, side="left"))
-    if selected >= cur.size:  # only reachable with NaN sums; llama.cpp falls back likewise
-        selected = cur.size - 1
+    reached = running >= total * draw()
+    # the first row reaching the target; with NaN sums no row does and, like llama.cpp, the
+    # last row is taken
+    selected = int(np.argmax(reached)) if reached.any() else cur.size - 1
     with np.errstate(invalid="ignore", divide="ignore"):
         normalized = (p.astype(F64) / total).astype(F32)
     return TokenDataArray(cur.ids, cur.logits, normalized, selected, cur.sorted)

@@ -128,7 +128,9 @@ def validate(cur: TokenDataArray, *, copy: bool = False) -> TokenDataArray:
     for name in ("logits", "p"):
         if columns[name].dtype.kind not in "fiu":
             raise SamplingError(
-                "SMP_ARRAY_SHAPE", f"'{name}' must be numeric, got {columns[name].dtype}", field=name
+                "SMP_ARRAY_SHAPE",
+                f"'{name}' must be numeric, got {columns[name].dtype}",
+                field=name,
             )
     logits = columns["logits"].astype(np.float32, copy=copy)
     nan = np.nonzero(np.isnan(logits))[0]

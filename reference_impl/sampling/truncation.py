@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference_impl.sampling import numerics
+from reference_impl.sampling.numerics import Real
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
@@ -34,7 +35,7 @@ def top_k(cur: TokenDataArray, k: int) -> TokenDataArray:
     return cur.take(numerics.top_k_order(cur.logits, k), sorted=True)
 
 
-def top_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+def top_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Nucleus: p over the current set (softmax, no renormalisation afterwards), then keep the
     shortest descending prefix whose float running sum is ``>= p`` and whose length is
     ``>= min_keep`` (everything when no prefix qualifies). Output sorted descending."""
@@ -42,16 +43,23 @@ def top_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
     if p32 >= 1.0:
         return cur
     cur = numerics.softmax(cur, do_sort=False)
-    if not cur.sorted:
-        cur = cur.take(numerics.descending_order(cur.logits), sorted=True)
-    running = numerics.cumsum_f32(cur.p)
-    lengths = np.arange(1, cur.size + 1)
-    last = _first_true((running >= p32) & (lengths >= min_keep))
-    keep = cur.size if last is None else last + 1
-    return cur.take(np.arange(keep), sorted=True)
+    if cur.sorted:
+        order = np.arange(cur.size)
+    else:
+        # like llama.cpp, look at the top 256 first and sort everything only when needed
+        order = numerics.top_k_order(cur.logits, min(cur.size, max(256, min_keep)))
+    while True:
+        running = numerics.cumsum_f32(cur.p[order])
+        lengths = np.arange(1, order.size + 1)
+        last = _first_true((running >= p32) & (lengths >= min_keep))
+        if last is not None:
+            return cur.take(order[: last + 1], sorted=True)
+        if order.size == cur.size:
+            return cur.take(order, sorted=True)
+        order = numerics.descending_order(cur.logits)
 
 
-def min_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+def min_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Keep tokens with ``logit >= max_logit + logf(p)`` (prob >= p * p_max).
 
     Unsorted input: filtered in place, original order kept, if at least one and at least
@@ -77,7 +85,7 @@ def min_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
     return cur.take(np.arange(size), sorted=cur.sorted)
 
 
-def typical(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+def typical(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Locally typical sampling: sorted softmax, entropy H = -sum p ln p (float), score
     |-ln p_i - H|; candidates ordered by ascending score; keep the prefix up to the first
     running sum strictly ``> p`` at a position >= min_keep - 1. Output in score order,
@@ -94,7 +102,7 @@ def typical(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
     with np.errstate(invalid="ignore"):
         entropy = numerics.sum_f32(-cur.p * log_p)
         scores = np.abs(-log_p - entropy).astype(F32)
-    order = np.argsort(scores, kind="stable")  # std::sort: order of equal scores unspecified
+    order = numerics.ascending_order(scores)  # std::sort: order of equal scores unspecified
     running = numerics.cumsum_f32(cur.p[order])
     positions = np.arange(cur.size)
     stop = _first_true((running > p32) & ((min_keep == 0) | (positions >= min_keep - 1)))
@@ -102,7 +110,7 @@ def typical(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
     return cur.take(order[:keep], sorted=False)
 
 
-def top_n_sigma(cur: TokenDataArray, n: float) -> TokenDataArray:
+def top_n_sigma(cur: TokenDataArray, n: Real) -> TokenDataArray:
     """Set to -inf every logit below ``max - n * std`` (mean/std over the non -inf logits).
 
     The C code accumulates the variance as float += double; the reference sums in double,
