@@ -20,7 +20,15 @@ import pytest
 from reference_impl.sampling import build_candidates, chain
 from tools.bench.common import record
 
-HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+def _llama_cpp_installed() -> bool:
+    try:
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+HAVE_LLAMA_CPP = _llama_cpp_installed()
 VOCABS = (32000, 131072)
 HISTORY = list(range(0, 640, 10))  # 64 accepted tokens for the penalties window
 
