@@ -191,7 +191,7 @@ def softmax(cur: TokenDataArray, *, do_sort: bool) -> TokenDataArray:
         cur = cur.take(descending_order(cur.logits), sorted=True)
     logits = cur.logits
     max_l = logits[0] if cur.sorted else np.max(logits)
-    with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf, 0 / 0: NaN as in C
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN, inf as in C
         e = expf(logits - F32(max_l))
         p = e / sum_f32(e)
     return cur.with_p(p)

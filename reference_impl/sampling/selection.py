@@ -38,7 +38,7 @@ def dist(cur: TokenDataArray, draw: Callable[[], float]) -> TokenDataArray:
         draw()
         return TokenDataArray(cur.ids, cur.logits, np.ones(1, F32), 0, cur.sorted)
     max_l = cur.logits[0] if cur.sorted else np.max(cur.logits)
-    with np.errstate(invalid="ignore"):  # inf - inf = NaN, as in C
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf = NaN, as in C
         p = numerics.expf(cur.logits - F32(max_l))
     running = numerics.cumsum_f64(p)
     total = running[-1]

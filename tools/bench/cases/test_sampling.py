@@ -81,8 +81,10 @@ def _peer_runner(name: str, logits: np.ndarray) -> tuple[Any, Any]:
     ref = ctypes.byref(arr)
     apply = lib.llama_sampler_apply
 
+    src, dst = base.view(np.uint8), buf.view(np.uint8)  # a plain memcpy of the 12-byte rows
+
     def run() -> int:
-        np.copyto(buf, base)
+        np.copyto(dst, src)
         arr.size, arr.selected, arr.sorted = base.shape[0], -1, False
         apply(handle.ptr, ref)
         return int(arr.selected)
