@@ -155,3 +155,18 @@ def test_default_chain_sequence_matches_llama_cpp(target: Any, make_chain: Any) 
     finally:
         target.sampler_free(handle)
     assert tokens == [8, 52, 13, 27, 52, 8, 58, 39, 33, 20, 51, 52, 39, 45, 45, 45]
+
+
+@pytest.mark.invariant("SMP-051")
+@pytest.mark.requires("sampling.samplers")
+def test_default_seed_is_random(target: Any) -> None:
+    # no seed given: LLAMA_DEFAULT_SEED, a fresh random seed per chain; ~38 tokens survive
+    # the default filters on a flat row, so 12 equal draws have probability ~1e-19
+    flat = np.zeros(1000, F32)
+    a, b = target.sampler_chain_init_default(), target.sampler_chain_init_default({})
+    try:
+        first = [target.sampler_sample(a, flat) for _ in range(12)]
+        assert first != [target.sampler_sample(b, flat) for _ in range(12)]
+    finally:
+        target.sampler_free(a)
+        target.sampler_free(b)

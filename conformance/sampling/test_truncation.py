@@ -300,3 +300,11 @@ def test_top_n_sigma_masks_below_the_band(
     expected = np.where(logits < threshold, F32(-np.inf), logits)
     assert np.array_equal(out.logits, expected) and np.array_equal(out.ids, cur.ids)
     assert np.array_equal(out.p, cur.p) and out.sorted is False
+
+
+@pytest.mark.invariant("SMP-035")
+@pytest.mark.requires("sampling.samplers")
+def test_top_n_sigma_leaves_a_single_row(target: Any) -> None:
+    cur = TokenDataArray(np.array([7], np.int32), np.array([-3.5], F32), np.array([0.2], F32))
+    out = apply_once(target, [["top_n_sigma", {"n": 0.1}]], cur)
+    assert out.logits.tolist() == [-3.5] and out.ids.tolist() == [7]
