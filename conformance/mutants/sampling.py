@@ -1,0 +1,310 @@
+"""Mutants of the sampling area: the reference with one deliberate sampler defect each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conformance.mutants import Mutant, replace
+from reference_impl.sampling import chain as chain_mod
+from reference_impl.sampling import mt19937, samplers
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+def _patch(module: str, attr: str, make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A mutant ``apply`` that replaces ``module.attr`` by ``make(original)``."""
+
+    def apply(target: Any) -> Any:
+        import importlib
+
+        original = getattr(importlib.import_module(module), attr)
+        replace(module, attr, make(original))
+        return target
+
+    return apply
+
+
+def _temperature_before_top_k(_: Any) -> tuple[str, ...]:
+    order = [k for k in chain_mod.COMMON_ORDER if k != "temperature"]
+    order.insert(order.index("top_k"), "temperature")
+    return tuple(order)
+
+
+def _top_p_strict(_: Any) -> Callable[..., TokenDataArray]:
+    def top_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+        # the defect: a running sum equal to p is not enough (">" instead of ">=")
+        if F32(p) >= 1.0:
+            return cur
+        from reference_impl.sampling import numerics
+
+        cur = numerics.softmax(cur, do_sort=False)
+        cur = cur.take(numerics.descending_order(cur.logits), sorted=True)
+        running = numerics.cumsum_f32(cur.p)
+        ok = np.nonzero((running > F32(p)) & (np.arange(1, cur.size + 1) >= min_keep))[0]
+        keep = int(ok[0]) + 1 if ok.size else cur.size
+        return cur.take(np.arange(keep), sorted=True)
+
+    return top_p
+
+
+def _penalise_everything(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
+    def penalties(
+        cur: TokenDataArray, counts: Any, repeat: float, freq: float, present: float
+    ) -> TokenDataArray:
+        # the defect: every candidate is treated as seen once
+        every = {int(t): max(1, int(counts.get(int(t), 0))) for t in cur.ids}
+        return original(cur, every, repeat, freq, present)
+
+    return penalties
+
+
+def _greedy_last(_: Any) -> Callable[[TokenDataArray], TokenDataArray]:
+    def greedy(cur: TokenDataArray) -> TokenDataArray:
+        reversed_best = int(np.argmax(cur.logits[::-1]))
+        return cur.with_selected(cur.size - 1 - reversed_best)  # the defect: last maximum
+
+    return greedy
+
+
+def _dist_unnormalised(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
+    def dist(cur: TokenDataArray, draw: Callable[[], float]) -> TokenDataArray:
+        out = original(cur, draw)
+        if out.size < 2:
+            return out
+        from reference_impl.sampling import numerics
+
+        max_l = np.max(cur.logits)
+        return out.with_p(numerics.expf(cur.logits - F32(max_l)))  # the defect: p not divided
+
+    return dist
+
+
+def _one_draw_canonical(_: Any) -> Callable[[mt19937.MT19937], float]:
+    def uniform_01(rng: mt19937.MT19937) -> float:
+        return rng.next_u32() / 2.0**32  # the defect: 32 random bits instead of two draws
+
+    return uniform_01
+
+
+def _unbounded_window(original: Callable[..., None]) -> Callable[..., None]:
+    def accept(self: samplers.Penalties, token: int) -> None:
+        self._counts[int(token)] += 1  # the defect: tokens never leave the window
+        self._window.append(int(token))
+
+    return accept
+
+
+def _typical_ge(_: Any) -> Callable[..., TokenDataArray]:
+    def typical(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+        from reference_impl.sampling import numerics
+
+        if F32(p) >= 1.0:
+            return cur
+        cur = numerics.softmax(cur, do_sort=True)
+        log_p = numerics.logf(cur.p)
+        entropy = numerics.sum_f32(-cur.p * log_p)
+        order = np.argsort(np.abs(-log_p - entropy), kind="stable")
+        running = numerics.cumsum_f32(cur.p[order])
+        pos = np.arange(cur.size)
+        ok = np.nonzero((running >= F32(p)) & ((min_keep == 0) | (pos >= min_keep - 1)))[0]
+        keep = int(ok[0]) + 1 if ok.size else cur.size  # the defect: ">=" instead of ">"
+        return cur.take(order[:keep], sorted=False)
+
+    return typical
+
+
+def _min_p_reorders(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
+    def min_p(cur: TokenDataArray, p: float, min_keep: int) -> TokenDataArray:
+        out = original(cur, p, min_keep)
+        order = np.argsort(-out.logits, kind="stable")
+        return out.take(order, sorted=out.sorted)  # the defect: the filtered rows get sorted
+
+    return min_p
+
+
+def _temp_zero_last_max(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
+    def temp(cur: TokenDataArray, t: float) -> TokenDataArray:
+        if F32(t) > 0.0 or cur.size == 0:
+            return original(cur, t)
+        best = cur.size - 1 - int(np.argmax(cur.logits[::-1]))  # the defect: last maximum
+        out = np.full(cur.size, -np.inf, dtype=F32)
+        out[best] = cur.logits[best]
+        return cur.with_logits(out)
+
+    return temp
+
+
+def _accept_first_only(target: Any) -> Any:
+    def accept(self: chain_mod.Chain, token: int) -> None:
+        if self.samplers:  # the defect: only the first member hears about the token
+            self.samplers[0].accept(token)
+
+    chain_mod.Chain.accept = accept  # type: ignore[method-assign]
+    return target
+
+
+def _reset_keeps_stream(target: Any) -> Any:
+    def reset(self: samplers.Dist) -> None:
+        return None  # the defect: dist's reset does not reseed
+
+    samplers.Dist.reset = reset  # type: ignore[method-assign]
+    return target
+
+
+def _sample_without_accept(target: Any) -> Any:
+    def sample(self: chain_mod.Chain, logits: np.ndarray) -> int:
+        from reference_impl.sampling import candidates
+
+        out = self.apply(candidates.build_candidates(logits))
+        if not 0 <= out.selected < out.size:
+            raise RuntimeError("no selection")
+        return int(out.ids[out.selected])  # the defect: the token is not accepted
+
+    chain_mod.Chain.sample = sample  # type: ignore[method-assign]
+    return target
+
+
+def _no_restore_on_failure(target: Any) -> Any:
+    from reference_impl.errors import SamplingError
+    from reference_impl.sampling import candidates
+
+    def sample(self: chain_mod.Chain, logits: np.ndarray) -> int:
+        out = self.apply(candidates.build_candidates(logits))
+        if not 0 <= out.selected < out.size:  # the defect: the advanced stream is kept
+            raise SamplingError("SMP_NO_SELECTION", "no selection", field="selected")
+        token = int(out.ids[out.selected])
+        self.accept(token)
+        return token
+
+    chain_mod.Chain.sample = sample  # type: ignore[method-assign]
+    return target
+
+
+def _apply_mutates_input(target: Any) -> Any:
+    original = target.sampler_apply
+
+    def sampler_apply(handle: Any, cur: TokenDataArray) -> TokenDataArray:
+        out: TokenDataArray = original(handle, cur)
+        cur.selected, cur.sorted = out.selected, out.sorted  # the defect: writes the input
+        return out
+
+    target.sampler_apply = sampler_apply
+    return target
+
+
+def _unbounded_window_mutant(target: Any) -> Any:
+    samplers.Penalties.accept = _unbounded_window(samplers.Penalties.accept)  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS = [
+    Mutant(
+        "smp-default-chain-temperature-first",
+        "sampling",
+        "the default chain applies temperature before top-k instead of last before dist",
+        ("SMP-050",),
+        _patch("reference_impl.sampling.chain", "COMMON_ORDER", _temperature_before_top_k),
+    ),
+    Mutant(
+        "smp-top-p-strict",
+        "sampling",
+        "top-p needs a running sum strictly greater than p (> instead of >=)",
+        ("SMP-031",),
+        _patch("reference_impl.sampling.truncation", "top_p", _top_p_strict),
+    ),
+    Mutant(
+        "smp-penalties-all-tokens",
+        "sampling",
+        "penalties rewrite every candidate, not only tokens seen in the window",
+        ("SMP-043",),
+        _patch("reference_impl.sampling.scaling", "penalties", _penalise_everything),
+    ),
+    Mutant(
+        "smp-greedy-last-max",
+        "sampling",
+        "greedy selects the last row holding the maximum logit",
+        ("SMP-020",),
+        _patch("reference_impl.sampling.selection", "greedy", _greedy_last),
+    ),
+    Mutant(
+        "smp-dist-unnormalised",
+        "sampling",
+        "dist leaves p as expf(l - max) without dividing by the sum",
+        ("SMP-021",),
+        _patch("reference_impl.sampling.selection", "dist", _dist_unnormalised),
+    ),
+    Mutant(
+        "smp-canonical-single-draw",
+        "sampling",
+        "dist's uniform number uses one 32-bit draw instead of generate_canonical's two",
+        ("SMP-023",),
+        _patch("reference_impl.sampling.mt19937", "uniform_01", _one_draw_canonical),
+    ),
+    Mutant(
+        "smp-penalties-unbounded-window",
+        "sampling",
+        "the penalties ring buffer never drops old tokens",
+        ("SMP-044",),
+        _unbounded_window_mutant,
+    ),
+    Mutant(
+        "smp-typical-ge",
+        "sampling",
+        "typical stops at a running sum >= p instead of strictly > p",
+        ("SMP-034",),
+        _patch("reference_impl.sampling.truncation", "typical", _typical_ge),
+    ),
+    Mutant(
+        "smp-min-p-unsorted-reorders",
+        "sampling",
+        "min-p's unsorted path sorts the rows it keeps",
+        ("SMP-032",),
+        _patch("reference_impl.sampling.truncation", "min_p", _min_p_reorders),
+    ),
+    Mutant(
+        "smp-temp-zero-last-max",
+        "sampling",
+        "temperature <= 0 keeps the last maximum instead of the first",
+        ("SMP-041",),
+        _patch("reference_impl.sampling.scaling", "temp", _temp_zero_last_max),
+    ),
+    Mutant(
+        "smp-accept-first-member-only",
+        "sampling",
+        "the chain's accept reaches only its first member",
+        ("SMP-011",),
+        _accept_first_only,
+    ),
+    Mutant(
+        "smp-dist-reset-keeps-stream",
+        "sampling",
+        "dist's reset does not reseed, so the stream does not restart",
+        ("SMP-024",),
+        _reset_keeps_stream,
+    ),
+    Mutant(
+        "smp-sample-skips-accept",
+        "sampling",
+        "sampler_sample returns the token without accepting it into the chain",
+        ("SMP-013",),
+        _sample_without_accept,
+    ),
+    Mutant(
+        "smp-failed-sample-keeps-state",
+        "sampling",
+        "a sample without a selection keeps the advanced random stream",
+        ("SMP-014",),
+        _no_restore_on_failure,
+    ),
+    Mutant(
+        "smp-apply-writes-input",
+        "sampling",
+        "sampler_apply writes selected/sorted back into the caller's array",
+        ("SMP-004",),
+        _apply_mutates_input,
+    ),
+]

@@ -1,0 +1,33 @@
+"""Fixtures of the sampling conformance tests (helpers live in support.py).
+
+Registers the ``parity`` marker: tests that compare the target with llama.cpp itself
+(through llama-cpp-python) carry it, so a nox session can select or exclude them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "parity: differential test against llama.cpp (needs llama-cpp-python)"
+    )
+
+
+@pytest.fixture
+def make_chain(target: Any) -> Iterator[Callable[[Any], Any]]:
+    """``make_chain(spec)`` -> a chain handle of the target, freed after the test."""
+    handles: list[Any] = []
+
+    def make(spec: Any) -> Any:
+        handle = target.sampler_chain_init(spec)
+        handles.append(handle)
+        return handle
+
+    yield make
+    for handle in handles:
+        target.sampler_free(handle)

@@ -1,0 +1,121 @@
+"""The candidate builder and the checks on candidate arrays (SMP-001..004)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.sampling.support import chain_of, same_array
+from conformance.strategies.sampling import chains, logits_rows, token_arrays
+from reference_impl.errors import SamplingError
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+@pytest.mark.invariant("SMP-001")
+@pytest.mark.requires("sampling.candidates")
+@given(row=logits_rows(1, 300), special=st.booleans())
+def test_candidates_cover_the_vocabulary_in_id_order(
+    target: Any, row: np.ndarray, special: bool
+) -> None:
+    if special:  # infinities are legal logits
+        row = row.copy()
+        row[0] = -np.inf
+        row[-1] = np.inf if row.shape[0] > 1 else row[-1]
+    source = row.astype(np.float64)  # a float64 row is stored as float32
+    cur = target.build_candidates(source)
+    n = row.shape[0]
+    assert cur.size == n
+    assert cur.ids.dtype == np.int32 and np.array_equal(cur.ids, np.arange(n))
+    assert cur.logits.dtype == np.float32 and np.array_equal(cur.logits, source.astype(F32))
+    assert cur.p.dtype == np.float32 and not np.any(cur.p)
+    assert cur.selected == -1 and cur.sorted is False
+    source[:] = 123.0  # the array is a copy
+    assert np.array_equal(cur.logits, row)
+
+
+@pytest.mark.invariant("SMP-002")
+@pytest.mark.requires("sampling.candidates")
+@pytest.mark.parametrize(
+    ("row", "code", "index"),
+    [
+        (np.zeros((2, 3), F32), "SMP_LOGITS_SHAPE", None),
+        (np.zeros(0, F32), "SMP_LOGITS_SHAPE", None),
+        (np.float32(1.0), "SMP_LOGITS_SHAPE", None),
+        (np.array([0.0, 1.0, 2.0, np.nan, np.nan], F32), "SMP_NAN_LOGIT", 3),
+    ],
+    ids=["2-D", "empty", "scalar", "nan"],
+)
+def test_candidates_reject_bad_rows(
+    target: Any, row: np.ndarray, code: str, index: int | None
+) -> None:
+    with pytest.raises(SamplingError) as info:
+        target.build_candidates(row)
+    assert info.value.code == code
+    assert info.value.field == "logits"
+    assert info.value.index == index
+
+
+def _bad_arrays() -> list[tuple[str, TokenDataArray, str, str, int | None]]:
+    ids = np.arange(4, dtype=np.int32)
+    lg = np.array([0.5, 1.0, -1.0, 2.0], F32)
+    p = np.zeros(4, F32)
+    return [
+        ("short-logits", TokenDataArray(ids, lg[:3], p), "SMP_ARRAY_SHAPE", "logits", None),
+        ("short-p", TokenDataArray(ids, lg, p[:2]), "SMP_ARRAY_SHAPE", "p", None),
+        ("2-D-ids", TokenDataArray(ids.reshape(2, 2), lg, p), "SMP_ARRAY_SHAPE", "ids", None),
+        ("empty", TokenDataArray(ids[:0], lg[:0], p[:0]), "SMP_EMPTY_CANDIDATES", "ids", None),
+        ("float-ids", TokenDataArray(ids.astype(F32), lg, p), "SMP_TOKEN_ID", "ids", None),
+        (
+            "id-range",
+            TokenDataArray(np.array([0, 1, 2**31, 3], np.int64), lg, p),
+            "SMP_TOKEN_ID",
+            "ids",
+            2,
+        ),
+        (
+            "nan",
+            TokenDataArray(ids, np.array([0.0, np.nan, 1.0, 2.0], F32), p),
+            "SMP_NAN_LOGIT",
+            "logits",
+            1,
+        ),
+        ("selected-high", TokenDataArray(ids, lg, p, 4), "SMP_SELECTED_RANGE", "selected", 4),
+        ("selected-low", TokenDataArray(ids, lg, p, -2), "SMP_SELECTED_RANGE", "selected", -2),
+    ]
+
+
+@pytest.mark.invariant("SMP-003")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize("case", _bad_arrays(), ids=lambda c: c[0])
+def test_apply_rejects_bad_arrays_without_touching_the_stream(
+    target: Any, make_chain: Any, case: tuple[str, TokenDataArray, str, str, int | None]
+) -> None:
+    _, bad, code, field, index = case
+    seeded, fresh = make_chain([["dist", {"seed": 77}]]), make_chain([["dist", {"seed": 77}]])
+    with pytest.raises(SamplingError) as info:
+        target.sampler_apply(seeded, bad)
+    assert (info.value.code, info.value.field, info.value.index) == (code, field, index)
+    good = target.build_candidates(np.zeros(500, F32))
+    after = [target.sampler_apply(seeded, good).selected for _ in range(6)]
+    expected = [target.sampler_apply(fresh, good).selected for _ in range(6)]
+    assert after == expected, "a rejected call advanced the random stream"
+
+
+@pytest.mark.invariant("SMP-004")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 80, max_scale=2.0), spec=chains(), selected=st.integers(-1, 0))
+def test_apply_leaves_the_input_unchanged(
+    target: Any, cur: TokenDataArray, spec: list[Any], selected: int
+) -> None:
+    cur.selected = selected
+    before = cur.copy()
+    with chain_of(target, spec) as handle:
+        out = target.sampler_apply(handle, cur)
+    assert same_array(cur, before)
+    assert out is not cur

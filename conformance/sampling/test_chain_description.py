@@ -1,0 +1,126 @@
+"""Validation of chain descriptions and default-chain parameters (SMP-060..062)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reference_impl.errors import SamplingError
+
+NAN, INF = float("nan"), float("inf")
+
+# (id, spec, code, field, index)
+BAD_SPECS: list[tuple[str, Any, str, str, int | None]] = [
+    ("not-a-list", {"top_k": 40}, "SMP_SPEC_FORMAT", "spec", None),
+    ("a-string", "greedy", "SMP_SPEC_FORMAT", "spec", None),
+    ("entry-int", ["greedy", 7], "SMP_SPEC_FORMAT", "spec[1]", 1),
+    ("entry-too-long", [["top_k", {"k": 1}, {}]], "SMP_SPEC_FORMAT", "spec[0]", 0),
+    ("params-not-mapping", [["top_k", [40]]], "SMP_SPEC_FORMAT", "spec[0]", 0),
+    ("unknown-name", ["greedy", ["nucleus", {"p": 0.9}]], "SMP_UNKNOWN_SAMPLER", "spec[1].name", 1),
+    ("name-not-str", [[3, {}]], "SMP_UNKNOWN_SAMPLER", "spec[0].name", 0),
+    ("unknown-param", [["top_k", {"k": 4, "min_keep": 1}]], "SMP_PARAM", "spec[0].min_keep", 0),
+    ("missing-param", [["top_p", {"min_keep": 1}]], "SMP_PARAM", "spec[0].p", 0),
+    ("missing-seed", ["greedy", "greedy", "dist"], "SMP_PARAM", "spec[2].seed", 2),
+    ("k-float", [["top_k", {"k": 4.0}]], "SMP_PARAM", "spec[0].k", 0),
+    ("k-bool", [["top_k", {"k": True}]], "SMP_PARAM", "spec[0].k", 0),
+    ("k-range", [["top_k", {"k": 2**31}]], "SMP_PARAM", "spec[0].k", 0),
+    ("seed-negative", [["dist", {"seed": -1}]], "SMP_PARAM", "spec[0].seed", 0),
+    ("seed-range", [["dist", {"seed": 2**32}]], "SMP_PARAM", "spec[0].seed", 0),
+    (
+        "min_keep-negative",
+        [["min_p", {"p": 0.1, "min_keep": -1}]],
+        "SMP_PARAM",
+        "spec[0].min_keep",
+        0,
+    ),
+    ("p-string", [["top_p", {"p": "0.9"}]], "SMP_PARAM", "spec[0].p", 0),
+    ("p-nan", [["min_p", {"p": NAN}]], "SMP_PARAM", "spec[0].p", 0),
+    ("t-inf", [["temp", {"t": INF}]], "SMP_PARAM", "spec[0].t", 0),
+    (
+        "bias-pair",
+        [["logit_bias", {"biases": [[1, 2.0], [3]]}]],
+        "SMP_PARAM",
+        "spec[0].biases[1]",
+        0,
+    ),
+    ("bias-nan", [["logit_bias", {"biases": [[1, NAN]]}]], "SMP_PARAM", "spec[0].biases[0]", 0),
+    ("dry-enabled", [["dry", {"multiplier": 0.8}]], "SMP_UNSUPPORTED", "spec[0]", 0),
+    ("xtc-enabled", [["xtc", {"p": 0.5, "t": 0.1}]], "SMP_UNSUPPORTED", "spec[0]", 0),
+]
+
+
+@pytest.mark.invariant("SMP-060")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize("case", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_malformed_chain_descriptions(
+    target: Any, case: tuple[str, Any, str, str, int | None]
+) -> None:
+    _, spec, code, field, index = case
+    with pytest.raises(SamplingError) as info:
+        target.sampler_chain_init(spec)
+    assert (info.value.code, info.value.field, info.value.index) == (code, field, index)
+
+
+@pytest.mark.invariant("SMP-060")
+@pytest.mark.requires("sampling.samplers")
+def test_well_formed_variants_are_accepted(target: Any) -> None:
+    spec: list[Any] = [
+        "greedy",
+        ["greedy"],
+        ("top_k", {"k": 3}),
+        ["logit_bias", {"biases": [(2, float("-inf"))]}],
+        ["xtc", {"p": 0.9, "t": 0.6}],  # t > 0.5: disabled, so accepted
+    ]
+    target.sampler_free(target.sampler_chain_init(spec))
+    target.sampler_free(target.sampler_chain_init([]))
+
+
+@pytest.mark.invariant("SMP-061")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("repeat", 0.0),
+        ("repeat", -1.0),
+        ("repeat", INF),
+        ("repeat", NAN),
+        ("freq", INF),
+        ("present", NAN),
+    ],
+)
+def test_penalty_values_must_be_finite(target: Any, param: str, value: float) -> None:
+    with pytest.raises(SamplingError) as info:
+        target.sampler_chain_init([["penalties", {"last_n": 8, param: value}]])
+    assert (info.value.code, info.value.field) == ("SMP_PARAM", f"spec[0].{param}")
+    key = f"penalty_{param}"
+    with pytest.raises(SamplingError) as info:
+        target.sampler_chain_init_default({key: value})
+    assert (info.value.code, info.value.field) == ("SMP_PARAM", f"params.{key}")
+
+
+@pytest.mark.invariant("SMP-062")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(
+    ("params", "code", "field"),
+    [
+        ({"topk": 3}, "SMP_PARAM", "params.topk"),
+        ({"top_k": "40"}, "SMP_PARAM", "params.top_k"),
+        ({"samplers": ["top_k", "nucleus"]}, "SMP_PARAM", "params.samplers[1]"),
+        ({"dry_multiplier": 0.8}, "SMP_UNSUPPORTED", "params.dry_multiplier"),
+        ({"xtc_probability": 0.5}, "SMP_UNSUPPORTED", "params.xtc_probability"),
+        ({"mirostat": 2}, "SMP_UNSUPPORTED", "params.mirostat"),
+    ],
+)
+def test_default_chain_parameters_are_checked(
+    target: Any, params: dict[str, Any], code: str, field: str
+) -> None:
+    with pytest.raises(SamplingError) as info:
+        target.sampler_chain_init_default(params)
+    assert (info.value.code, info.value.field) == (code, field)
+    # disabled forms of the same samplers are fine
+    target.sampler_free(
+        target.sampler_chain_init_default(
+            {"dry_multiplier": 0.0, "xtc_probability": 0.5, "xtc_threshold": 0.6}
+        )
+    )

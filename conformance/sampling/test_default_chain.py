@@ -1,0 +1,172 @@
+"""The default chain of llama.cpp's common library (SMP-050, SMP-051)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.sampling.support import chain_of, describe, same_array
+from conformance.strategies.sampling import logits_from_seed, seeds, token_arrays
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+def documented_chain(prm: dict[str, Any]) -> list[Any]:
+    """SMP-050/051 written out: the order and defaults of common_sampler_init."""
+    get = {
+        "seed": 0xFFFFFFFF, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typ_p": 1.0,
+        "temp": 0.8, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "penalty_last_n": 64,
+        "penalty_repeat": 1.0, "penalty_freq": 0.0, "penalty_present": 0.0, "min_keep": 0,
+        "top_n_sigma": -1.0, "logit_bias": [],
+    } | prm  # fmt: skip
+    keep = get["min_keep"]
+    entries = {
+        "penalties": ["penalties", {"last_n": get["penalty_last_n"], "repeat": get["penalty_repeat"], "freq": get["penalty_freq"], "present": get["penalty_present"]}],
+        "dry": ["dry", {"multiplier": 0.0}],
+        "top_n_sigma": ["top_n_sigma", {"n": get["top_n_sigma"]}],
+        "top_k": ["top_k", {"k": get["top_k"]}],
+        "typ_p": ["typical", {"p": get["typ_p"], "min_keep": keep}],
+        "top_p": ["top_p", {"p": get["top_p"], "min_keep": keep}],
+        "min_p": ["min_p", {"p": get["min_p"], "min_keep": keep}],
+        "xtc": ["xtc", {"p": 0.0}],
+        "temperature": ["temp_ext", {"t": get["temp"], "delta": get["dynatemp_range"], "exponent": get["dynatemp_exponent"]}],
+    }  # fmt: skip
+    order = prm.get("samplers", list(entries))
+    chain: list[Any] = [["logit_bias", {"biases": get["logit_bias"]}]] if get["logit_bias"] else []
+    chain += [entries[kind] for kind in order]
+    return [*chain, ["dist", {"seed": get["seed"]}]]
+
+
+def _run(
+    target: Any, handle: Any, cur: TokenDataArray, history: list[int], rounds: int
+) -> list[TokenDataArray]:
+    for token in history:
+        target.sampler_accept(handle, token)
+    return [target.sampler_apply(handle, cur) for _ in range(rounds)]
+
+
+overrides = st.fixed_dictionaries(
+    {"seed": seeds()},
+    optional={
+        "top_k": st.integers(-1, 60),
+        "top_p": st.floats(0.3, 1.0),
+        "min_p": st.floats(0.0, 0.3),
+        "typ_p": st.sampled_from([1.0, 0.9, 0.6]),
+        "temp": st.floats(0.3, 1.5),
+        "dynatemp_range": st.sampled_from([0.0, 0.3]),
+        "dynatemp_exponent": st.floats(0.5, 2.0),
+        "penalty_last_n": st.integers(0, 8),
+        "penalty_repeat": st.floats(0.8, 1.5),
+        "penalty_freq": st.floats(0.0, 0.5),
+        "penalty_present": st.floats(0.0, 0.5),
+        "min_keep": st.integers(0, 3),
+        "top_n_sigma": st.sampled_from([-1.0, 2.0]),
+        "logit_bias": st.lists(
+            st.tuples(st.integers(0, 30), st.floats(-3.0, 3.0)).map(list), max_size=3
+        ),
+    },
+)
+
+
+@pytest.mark.invariant("SMP-050")
+@pytest.mark.requires("sampling.samplers")
+@given(
+    prm=overrides,
+    cur=token_arrays(2, 100, max_scale=2.0),
+    history=st.lists(st.integers(0, 30), max_size=6),
+)
+def test_default_chain_order(
+    target: Any, prm: dict[str, Any], cur: TokenDataArray, history: list[int]
+) -> None:
+    with chain_of(target, documented_chain(prm)) as explicit:
+        expected = _run(target, explicit, cur, history, 2)
+    handle = target.sampler_chain_init_default(prm)
+    try:
+        got = _run(target, handle, cur, history, 2)
+    finally:
+        target.sampler_free(handle)
+    for a, b in zip(got, expected, strict=True):
+        assert same_array(a, b), f"default:\n{describe(a)}\ndocumented:\n{describe(b)}"
+
+
+@pytest.mark.invariant("SMP-050")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(
+    "order",
+    [["temperature", "top_k", "top_p"], ["min_p", "typ_p", "penalties", "temperature"], []],
+    ids=["temp-first", "shuffled", "empty"],
+)
+def test_default_chain_custom_order(target: Any, order: list[str]) -> None:
+    prm = {
+        "seed": 11,
+        "samplers": order,
+        "temp": 0.6,
+        "top_p": 0.8,
+        "typ_p": 0.9,
+        "penalty_repeat": 1.3,
+    }
+    cur = target.build_candidates(logits_from_seed(3, 300, 2.0))
+    with chain_of(target, documented_chain(prm)) as explicit:
+        expected = _run(target, explicit, cur, [1, 2], 3)
+    handle = target.sampler_chain_init_default(prm)
+    try:
+        got = _run(target, handle, cur, [1, 2], 3)
+    finally:
+        target.sampler_free(handle)
+    assert all(same_array(a, b) for a, b in zip(got, expected, strict=True))
+
+
+@pytest.mark.invariant("SMP-051")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize("scale", [0.5, 2.0, 6.0])
+def test_default_parameters(target: Any, scale: float) -> None:
+    cur = target.build_candidates(logits_from_seed(int(scale * 10), 2000, scale))
+    with chain_of(target, documented_chain({"seed": 99})) as explicit:
+        expected = _run(target, explicit, cur, [], 4)
+    handle = target.sampler_chain_init_default({"seed": 99})
+    try:
+        got = _run(target, handle, cur, [], 4)
+    finally:
+        target.sampler_free(handle)
+    assert all(same_array(a, b) for a, b in zip(got, expected, strict=True))
+    # the defaults are live: top-k 40 caps the set, temperature 0.8 rescales the logits
+    out = got[0]
+    assert out.size <= 40
+    rows = dict(zip(cur.ids.tolist(), cur.logits.tolist(), strict=True))
+    assert all(
+        F32(rows[i] / F32(0.8)) == lg
+        for i, lg in zip(out.ids.tolist(), out.logits.tolist(), strict=True)
+    )
+
+
+@pytest.mark.invariant("SMP-050", "SMP-051", "SMP-023")
+@pytest.mark.requires("sampling.samplers")
+def test_default_chain_sequence_matches_llama_cpp(target: Any, make_chain: Any) -> None:
+    # recorded from llama.cpp's own default chain (llama-cpp-python 0.3.36) with seed 7
+    wave = (3 * np.sin(np.arange(64))).astype(F32)
+    handle = target.sampler_chain_init_default({"seed": 7})
+    try:
+        tokens = [target.sampler_sample(handle, wave) for _ in range(16)]
+    finally:
+        target.sampler_free(handle)
+    assert tokens == [8, 52, 13, 27, 52, 8, 58, 39, 33, 20, 51, 52, 39, 45, 45, 45]
+
+
+@pytest.mark.invariant("SMP-051")
+@pytest.mark.requires("sampling.samplers")
+def test_default_seed_is_random(target: Any) -> None:
+    # no seed given: LLAMA_DEFAULT_SEED, a fresh random seed per chain; ~38 tokens survive
+    # the default filters on a flat row, so 12 equal draws have probability ~1e-19
+    flat = np.zeros(1000, F32)
+    a, b = target.sampler_chain_init_default(), target.sampler_chain_init_default({})
+    try:
+        first = [target.sampler_sample(a, flat) for _ in range(12)]
+        assert first != [target.sampler_sample(b, flat) for _ in range(12)]
+    finally:
+        target.sampler_free(a)
+        target.sampler_free(b)

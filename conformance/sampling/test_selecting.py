@@ -1,0 +1,176 @@
+"""greedy and dist: selection rules, normalisation, the seeded stream (SMP-020..024)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.sampling.support import apply_once, chain_of, describe
+from conformance.strategies.sampling import seeds, tied_logits_rows, token_arrays
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+@pytest.mark.invariant("SMP-020")
+@pytest.mark.requires("sampling.samplers")
+@given(row=tied_logits_rows(1, 24), shuffle=st.integers(0, 2**16), sorted_flag=st.booleans())
+def test_greedy_selects_the_first_maximum(
+    target: Any, row: np.ndarray, shuffle: int, sorted_flag: bool
+) -> None:
+    n = row.shape[0]
+    ids = np.random.default_rng(shuffle).permutation(n).astype(np.int32)
+    p = np.linspace(0.0, 1.0, n, dtype=F32)
+    cur = TokenDataArray(ids, row, p, -1, sorted_flag)
+    out = apply_once(target, ["greedy"], cur)
+    assert out.selected == int(np.flatnonzero(row == row.max())[0])
+    assert np.array_equal(out.ids, ids) and np.array_equal(out.logits, row)
+    assert np.array_equal(out.p, p) and out.sorted == sorted_flag
+
+
+def _softmax64(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits.astype(np.float64) - np.max(logits))
+    return e / e.sum()
+
+
+@pytest.mark.invariant("SMP-021")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(2, 200, max_scale=4.0), seed=seeds(), masked=st.integers(0, 3))
+def test_dist_normalises_and_selects_a_positive_row(
+    target: Any, cur: TokenDataArray, seed: int, masked: int
+) -> None:
+    logits = cur.logits.copy()
+    logits[: min(masked, cur.size - 1)] = -np.inf  # p = 0 rows can never be drawn (u > 0)
+    cur = TokenDataArray(cur.ids, logits, cur.p, -1, cur.sorted and masked == 0)
+    out = apply_once(target, [["dist", {"seed": seed}]], cur)
+    assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.logits, cur.logits)
+    assert out.sorted == cur.sorted
+    assert abs(float(np.sum(out.p, dtype=np.float64)) - 1.0) < 1e-5
+    np.testing.assert_allclose(out.p, _softmax64(cur.logits), rtol=2e-5, atol=1e-7)
+    assert 0 <= out.selected < out.size and out.p[out.selected] > 0, describe(out)
+
+
+@pytest.mark.invariant("SMP-021")
+@pytest.mark.requires("sampling.samplers")
+def test_dist_draws_follow_the_probabilities(target: Any, make_chain: Any) -> None:
+    probs = np.array([0.1, 0.2, 0.3, 0.4])
+    cur = TokenDataArray(np.arange(4, dtype=np.int32), np.log(probs).astype(F32), np.zeros(4, F32))
+    chain = make_chain([["dist", {"seed": 2024}]])
+    n = 4000
+    counts = np.bincount([target.sampler_apply(chain, cur).selected for _ in range(n)], minlength=4)
+    sigma = np.sqrt(n * probs * (1 - probs))
+    assert np.all(np.abs(counts - n * probs) < 4 * sigma), counts
+
+
+@pytest.mark.invariant("SMP-021")
+@pytest.mark.requires("sampling.samplers")
+def test_dist_samples_in_the_current_order(target: Any) -> None:
+    # the same draw on the same distribution listed in reverse picks the mirrored row
+    logits = np.zeros(1000, F32)
+    forward = TokenDataArray(np.arange(1000, dtype=np.int32), logits, logits.copy())
+    backward = TokenDataArray(np.arange(1000, dtype=np.int32)[::-1].copy(), logits, logits.copy())
+    a = apply_once(target, [["dist", {"seed": 42}]], forward)
+    b = apply_once(target, [["dist", {"seed": 42}]], backward)
+    assert a.selected == b.selected and a.ids[a.selected] == 999 - b.ids[b.selected]
+
+
+@pytest.mark.invariant("SMP-022")
+@pytest.mark.requires("sampling.samplers")
+@given(seed=seeds())
+def test_dist_on_one_row_consumes_a_draw(target: Any, seed: int) -> None:
+    one = TokenDataArray(np.array([5], np.int32), np.array([0.0], F32), np.array([0.25], F32))
+    two = TokenDataArray(np.array([5, 6], np.int32), np.zeros(2, F32), np.zeros(2, F32))
+    flat = TokenDataArray(np.arange(256, dtype=np.int32), np.zeros(256, F32), np.zeros(256, F32))
+    with (
+        chain_of(target, [["dist", {"seed": seed}]]) as single,
+        chain_of(target, [["dist", {"seed": seed}]]) as control,
+    ):
+        out = target.sampler_apply(single, one)
+        assert out.selected == 0 and out.p.tolist() == [1.0]
+        target.sampler_apply(control, two)
+        for _ in range(4):
+            s = target.sampler_apply(single, flat).selected
+            assert s == target.sampler_apply(control, flat).selected
+
+
+# Recorded from llama.cpp (llama-cpp-python 0.3.36, libstdc++ build) with
+# llama_sampler_sample semantics: candidates from the row, apply, accept.
+UNIFORM = np.zeros(1000, F32)
+WAVE = (3 * np.sin(np.arange(64))).astype(F32)
+GOLDEN_SEQUENCES: list[tuple[str, list[Any], np.ndarray, list[int]]] = [
+    (
+        "uniform-42",
+        [["dist", {"seed": 42}]],
+        UNIFORM,
+        [796, 183, 779, 596, 445, 99, 459, 333, 142, 650, 56, 721, 938, 0, 992, 617],
+    ),
+    (
+        "uniform-0",
+        [["dist", {"seed": 0}]],
+        UNIFORM,
+        [592, 844, 857, 847, 623, 384, 297, 56, 272, 477, 812, 479, 392, 836, 337, 648],
+    ),
+    (
+        "wave-1234",
+        [["dist", {"seed": 1234}]],
+        WAVE,
+        [32, 51, 39, 46, 52, 8, 12, 51, 8, 7, 1, 27, 20, 51, 3, 2],
+    ),
+    (
+        "wave-penalties-top_k-temp-5489",
+        [
+            ["penalties", {"last_n": 4, "repeat": 1.5, "freq": 0.5, "present": 0.25}],
+            ["top_k", {"k": 10}],
+            ["temp", {"t": 0.7}],
+            ["dist", {"seed": 5489}],
+        ],
+        WAVE,
+        [58, 2, 1, 14, 52, 27, 58, 26, 21, 1, 20, 45, 33, 2, 8, 58],
+    ),
+]
+
+
+@pytest.mark.invariant("SMP-023")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize("case", GOLDEN_SEQUENCES, ids=[c[0] for c in GOLDEN_SEQUENCES])
+def test_seeded_sequences_match_llama_cpp(
+    target: Any, make_chain: Any, case: tuple[str, list[Any], np.ndarray, list[int]]
+) -> None:
+    _, spec, logits, expected = case
+    chain = make_chain(spec)
+    assert [target.sampler_sample(chain, logits) for _ in range(len(expected))] == expected
+
+
+@pytest.mark.invariant("SMP-024")
+@pytest.mark.requires("sampling.samplers")
+@given(seed=seeds(), n=st.integers(2, 500), scale=st.floats(0.0, 3.0))
+def test_same_seed_same_sequence_and_reset_restarts(
+    target: Any, seed: int, n: int, scale: float
+) -> None:
+    logits = (np.random.default_rng(seed).standard_normal(n) * scale).astype(F32)
+    with (
+        chain_of(target, [["dist", {"seed": seed}]]) as a,
+        chain_of(target, [["dist", {"seed": seed}]]) as b,
+    ):
+        first = [target.sampler_sample(a, logits) for _ in range(8)]
+        assert [target.sampler_sample(b, logits) for _ in range(8)] == first
+        target.sampler_reset(a)
+        assert [target.sampler_sample(a, logits) for _ in range(8)] == first
+
+
+@pytest.mark.invariant("SMP-024")
+@pytest.mark.requires("sampling.samplers")
+def test_default_seed_is_random(target: Any, make_chain: Any) -> None:
+    # 12 draws over 1000 equally likely tokens: equal sequences have probability 1e-36
+    a, b = (
+        make_chain([["dist", {"seed": 0xFFFFFFFF}]]),
+        make_chain([["dist", {"seed": 0xFFFFFFFF}]]),
+    )
+    first = [target.sampler_sample(a, UNIFORM) for _ in range(12)]
+    assert first != [target.sampler_sample(b, UNIFORM) for _ in range(12)]
+    target.sampler_reset(a)
+    assert first != [target.sampler_sample(a, UNIFORM) for _ in range(12)]

@@ -1,0 +1,110 @@
+"""EMEL's token selector and candidate normalisation (SMP-070..073)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.strategies.sampling import tied_logits_rows, token_arrays
+from reference_impl.errors import SamplingError
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+@pytest.mark.invariant("SMP-070")
+@pytest.mark.requires("sampling.selector")
+@given(row=tied_logits_rows(1, 24), shift=st.floats(-50.0, 50.0), seed=st.integers(0, 2**16))
+def test_argmax_picks_the_first_maximum(
+    target: Any, row: np.ndarray, shift: float, seed: int
+) -> None:
+    ids = np.random.default_rng(seed).permutation(100)[: row.shape[0]]
+    first = int(np.flatnonzero(row == row.max())[0])
+    assert target.select_token(ids, row, "argmax") == ids[first]
+    if np.isfinite(row.max()):
+        assert target.select_token(ids, row + F32(shift), "argmax") == ids[first]
+
+
+@pytest.mark.invariant("SMP-071")
+@pytest.mark.requires("sampling.selector")
+@given(row=tied_logits_rows(1, 24), u=st.floats(0.0, 1.0, exclude_max=True))
+def test_categorical_follows_the_running_weight(target: Any, row: np.ndarray, u: float) -> None:
+    if not np.isfinite(row.max()):
+        return  # no mass: covered by SMP-072
+    ids = np.arange(100, 100 + row.shape[0])
+    w = np.exp(row.astype(np.float64) - row.max())
+    running = np.cumsum(w)
+    goal = u * running[-1]
+    index = min(int(np.searchsorted(running, goal)), row.shape[0] - 1)
+    allowed = {ids[index]}
+    near = np.abs(running - goal) <= 1e-9 * running[-1]  # rounding may land on either side
+    allowed |= {ids[min(i + 1, row.shape[0] - 1)] for i in np.flatnonzero(near)}
+    assert target.select_token(ids, row, "categorical", u) in allowed
+    # u = 0: the first candidate, whatever its weight (running sum 0 >= target 0)
+    assert target.select_token(ids, row, "categorical", 0.0) == ids[0]
+
+
+@pytest.mark.invariant("SMP-071")
+@pytest.mark.requires("sampling.selector")
+def test_categorical_examples(target: Any) -> None:
+    ids = [7, 8, 9]
+    scores = np.log([0.2, 0.5, 0.3])
+    picks = [
+        target.select_token(ids, scores, "categorical", u)
+        for u in (0.0, 0.19, 0.21, 0.69, 0.71, 0.999)
+    ]
+    assert picks == [7, 7, 8, 8, 9, 9]
+    assert target.select_token(ids, [float("-inf"), 0.0, 0.0], "categorical", 0.0) == 7
+    assert target.select_token(ids, [float("-inf"), 0.0, 0.0], "categorical", 1e-12) == 8
+
+
+@pytest.mark.invariant("SMP-072")
+@pytest.mark.requires("sampling.selector")
+@pytest.mark.parametrize(
+    ("ids", "scores", "policy", "u", "code"),
+    [
+        ([], [], "argmax", None, "SMP_EMPTY_CANDIDATES"),
+        ([1, 2], [0.0], "argmax", None, "SMP_ARRAY_SHAPE"),
+        ([[1, 2]], [[0.0, 1.0]], "argmax", None, "SMP_ARRAY_SHAPE"),
+        ([1, 2], [0.0, 1.0], "top1", None, "SMP_POLICY"),
+        ([1, 2], [0.0, 1.0], "categorical", None, "SMP_RANDOM_RANGE"),
+        ([1, 2], [0.0, 1.0], "categorical", 1.0, "SMP_RANDOM_RANGE"),
+        ([1, 2], [0.0, 1.0], "categorical", -0.1, "SMP_RANDOM_RANGE"),
+        ([1, 2], [0.0, 1.0], "categorical", float("nan"), "SMP_RANDOM_RANGE"),
+        ([1, 2], [float("-inf")] * 2, "categorical", 0.5, "SMP_NO_MASS"),
+    ],
+    ids=[
+        "empty",
+        "lengths",
+        "2-D",
+        "policy",
+        "u-missing",
+        "u-one",
+        "u-negative",
+        "u-nan",
+        "no-mass",
+    ],
+)
+def test_selector_rejects_bad_input(
+    target: Any, ids: Any, scores: Any, policy: str, u: Any, code: str
+) -> None:
+    with pytest.raises(SamplingError) as info:
+        target.select_token(ids, scores, policy, u)
+    assert info.value.code == code
+
+
+@pytest.mark.invariant("SMP-073")
+@pytest.mark.requires("sampling.selector")
+@given(cur=token_arrays(1, 60))
+def test_normalize_moves_the_maximum_to_zero(target: Any, cur: TokenDataArray) -> None:
+    out = target.normalize_scores(cur)
+    assert float(np.max(out.logits)) == 0.0
+    np.testing.assert_allclose(
+        out.logits, cur.logits.astype(np.float64) - cur.logits.max(), atol=1e-6
+    )
+    assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.p, cur.p)
+    assert int(np.argmax(out.logits)) == int(np.argmax(cur.logits)) and out.sorted == cur.sorted

@@ -1,0 +1,310 @@
+"""top-k, top-p, min-p, typical, top-n-sigma (SMP-030..035): the golden vectors of
+llama.cpp's tests/test-sampling.cpp, its sampler-queue cases, and property tests."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from conformance.sampling.support import apply_once, describe, from_probs
+from conformance.strategies.sampling import token_arrays
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+DIST0 = ["dist", {"seed": 0}]
+P4 = [0.1, 0.2, 0.3, 0.4]
+
+# (invariant, name, input probs, chain, expected p in result order); logits = logf(prob).
+# tests/test-sampling.cpp follows every filter but typical with dist(0), whose normalised p
+# it checks to 1e-5.
+GOLDEN: list[tuple[str, str, list[float], list[Any], list[float]]] = [
+    ("SMP-030", "top_k-1", P4, [["top_k", {"k": 1}], DIST0], [1.0]),
+    ("SMP-030", "top_k-3", P4, [["top_k", {"k": 3}], DIST0], [0.44444, 0.33333, 0.22222]),
+    ("SMP-030", "top_k-4", P4, [["top_k", {"k": 4}], DIST0], [0.4, 0.3, 0.2, 0.1]),
+    ("SMP-030", "top_k-0", P4, [["top_k", {"k": 0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+    ("SMP-031", "top_p-0", P4, [["top_p", {"p": 0.0}], DIST0], [1.0]),
+    ("SMP-031", "top_p-0.7", P4, [["top_p", {"p": 0.7}], DIST0], [0.571429, 0.428571]),
+    ("SMP-031", "top_p-0.8", P4, [["top_p", {"p": 0.8}], DIST0], [0.44444, 0.33333, 0.22222]),
+    ("SMP-031", "top_p-1", P4, [["top_p", {"p": 1.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+    ("SMP-032", "min_p-0", P4, [["min_p", {"p": 0.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+    ("SMP-032", "min_p-0.24", P4, [["min_p", {"p": 0.24}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+    ("SMP-032", "min_p-0.26", P4, [["min_p", {"p": 0.26}], DIST0], [2 / 9, 3 / 9, 4 / 9]),
+    ("SMP-032", "min_p-0.49", P4, [["min_p", {"p": 0.49}], DIST0], [2 / 9, 3 / 9, 4 / 9]),
+    ("SMP-032", "min_p-0.51", P4, [["min_p", {"p": 0.51}], DIST0], [3 / 7, 4 / 7]),
+    ("SMP-032", "min_p-0.74", P4, [["min_p", {"p": 0.74}], DIST0], [3 / 7, 4 / 7]),
+    ("SMP-032", "min_p-0.76", P4, [["min_p", {"p": 0.76}], DIST0], [1.0]),
+    ("SMP-032", "min_p-1", P4, [["min_p", {"p": 1.0}], DIST0], [1.0]),
+    ("SMP-033", "min_p-1.05", P4, [["min_p", {"p": 1.05}], DIST0], [1.0]),
+    ("SMP-034", "typical-peaked", [0.97, 0.01, 0.01, 0.01], [["typical", {"p": 0.5}]], [0.97]),
+    ("SMP-034", "typical-flat", [0.4, 0.2, 0.2, 0.2], [["typical", {"p": 0.5}]], [0.2, 0.2, 0.2]),
+    (
+        "SMP-035",
+        "top_n_sigma-1",
+        P4,
+        [["top_n_sigma", {"n": 1.0}], DIST0],
+        [0.0, 0.0, 0.428571, 0.571429],
+    ),
+    ("SMP-035", "top_n_sigma-0", P4, [["top_n_sigma", {"n": 0.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+    ("SMP-035", "top_n_sigma-3", P4, [["top_n_sigma", {"n": 3.0}], DIST0], [0.1, 0.2, 0.3, 0.4]),
+]
+
+
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(
+    ("probs", "spec", "expected"),
+    [pytest.param(c[2], c[3], c[4], id=c[1], marks=pytest.mark.invariant(c[0])) for c in GOLDEN],
+)
+def test_golden_vectors(
+    target: Any, probs: list[float], spec: list[Any], expected: list[float]
+) -> None:
+    out = apply_once(target, spec, from_probs(probs))
+    assert out.size == len(expected), describe(out)
+    np.testing.assert_allclose(out.p, expected, atol=1e-5, rtol=0)
+
+
+def _queue_tester(n_vocab: int) -> TokenDataArray:
+    ids = np.arange(n_vocab, dtype=np.int32)
+    with np.errstate(divide="ignore"):
+        logits = np.log(ids.astype(np.float64)).astype(F32)  # token 0: logf(0) = -inf
+    return TokenDataArray(ids, logits, np.zeros(n_vocab, F32))
+
+
+QUEUE: list[tuple[str, int, float, float]] = [
+    ("k", 10000, 1.0, 1.0),
+    ("k", 1, 1.0, 1.0),
+    ("p", 10000, 1.0, 1.0),
+    ("p", 10000, 0.0, 1.0),
+    ("m", 10000, 1.0, 1.0),
+    ("m", 10000, 1.0, 1e-12),
+    ("k", 100, 1.0, 1.0),
+    ("p", 10000, 0.0003, 1.0),
+    ("p", 10000, 0.8, 1.0),
+    ("m", 10000, 1.0, 9997.9 / 9999.0),
+    ("m", 10000, 1.0, 0.1),
+    ("kp", 100, 0.8, 0.1),
+    ("km", 100, 0.8, 0.1),
+    ("pk", 100, 0.8, 0.1),
+    ("pm", 100, 0.8, 0.1),
+    ("mk", 100, 0.8, 0.1),
+    ("mp", 100, 0.8, 9997.9 / 9999.0),
+    ("mp", 100, 0.8, 0.1),
+    ("kpm", 100, 0.8, 0.1),
+    ("kmp", 100, 0.8, 0.1),
+    ("pkm", 100, 0.8, 0.1),
+    ("pmk", 100, 0.8, 0.1),
+    ("mkp", 100, 0.8, 0.1),
+    ("mpk", 100, 0.8, 0.1),
+]
+QUEUE_INVARIANTS = {"k": "SMP-030", "p": "SMP-031", "m": "SMP-032"}
+
+
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(
+    ("order", "top_k", "top_p", "min_p"),
+    [
+        pytest.param(
+            *case,
+            id=f"{case[0]}-k{case[1]}-p{case[2]}-m{case[3]:.6g}",
+            marks=pytest.mark.invariant(*sorted({QUEUE_INVARIANTS[c] for c in case[0]})),
+        )
+        for case in QUEUE
+    ],
+)
+def test_sampler_queue(target: Any, order: str, top_k: int, top_p: float, min_p: float) -> None:
+    """tests/test-sampling.cpp test_sampler_queue: vocab 10000 with logit_i = ln i, filters
+    applied in the given order (each followed by dist(0)); closed-form sizes and end ids."""
+    n_vocab = 10000
+    max_id, min_id = n_vocab - 1, 0
+    cur = _queue_tester(n_vocab)
+    for step in order:
+        entry: Any = {
+            "k": ["top_k", {"k": top_k}],
+            "p": ["top_p", {"p": top_p, "min_keep": 1}],
+            "m": ["min_p", {"p": min_p, "min_keep": 1}],
+        }[step]
+        cur = apply_once(target, [entry, DIST0], cur)
+        size = cur.size
+        if step == "k":
+            expected = min(size, top_k)
+            min_id = max(min_id, n_vocab - top_k)
+            check_sorted = True
+        elif step == "p":
+            divisor = n_vocab * (n_vocab - 1) // 2 - min_id * (min_id - 1) // 2
+            goal = math.ceil(F32(F32(top_p) * F32(divisor)))
+            min_id, expected, running = n_vocab, 0, 0
+            while True:
+                min_id -= 1
+                expected += 1
+                running += min_id
+                if running >= goal:
+                    break
+            if min_id == 1:  # token 0 has p = 0 and comes along
+                min_id -= 1
+                expected += 1
+            check_sorted = cur.sorted
+        else:
+            expected = min(max(math.ceil(F32(F32(1.0) - F32(min_p)) * F32(n_vocab)), 1), size)
+            min_id = math.floor(F32(F32(min_p) * F32(n_vocab)))
+            min_id = min(max(min_id, 1, n_vocab - size), n_vocab - 1)
+            check_sorted = cur.sorted
+        assert size == expected, f"after {step}: {size} tokens, expected {expected}"
+        if check_sorted:
+            assert cur.ids[0] == max_id and cur.ids[expected - 1] == min_id
+
+
+def _softmax64(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits.astype(np.float64) - np.max(logits))
+    return e / e.sum()
+
+
+def _rows_by_id(cur: TokenDataArray) -> dict[int, tuple[float, float]]:
+    return {
+        int(i): (float(lg), float(p)) for i, lg, p in zip(cur.ids, cur.logits, cur.p, strict=True)
+    }
+
+
+@pytest.mark.invariant("SMP-030")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 300), k=st.integers(1, 320))
+def test_top_k_keeps_the_k_largest(target: Any, cur: TokenDataArray, k: int) -> None:
+    out = apply_once(target, [["top_k", {"k": k}]], cur)
+    kept = min(k, cur.size)
+    assert out.size == kept and out.sorted is True
+    if cur.sorted:
+        assert np.array_equal(out.ids, cur.ids[:kept])
+    order = np.argsort(-cur.logits, kind="stable")[:kept]
+    assert np.array_equal(out.ids, cur.ids[order]), describe(out)
+    rows = _rows_by_id(cur)
+    assert all(rows[i] == r for i, r in _rows_by_id(out).items())
+
+
+@pytest.mark.invariant("SMP-031")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 300), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
+def test_top_p_keeps_the_shortest_prefix_reaching_p(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
+    q = _softmax64(cur.logits)
+    order = np.argsort(-q, kind="stable")
+    running = np.cumsum(q[order])
+    assume(np.min(np.abs(running - float(F32(p)))) > 1e-5)  # not at a rounding boundary
+    out = apply_once(target, [["top_p", {"p": p, "min_keep": min_keep}]], cur)
+    reach = np.nonzero((running >= float(F32(p))) & (np.arange(1, cur.size + 1) >= min_keep))[0]
+    expected = int(reach[0]) + 1 if reach.size else cur.size
+    assert out.size == expected and out.sorted is True, describe(out)
+    assert np.array_equal(out.ids, cur.ids[order[:expected]])
+    np.testing.assert_allclose(out.p, q[order[:expected]], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.invariant("SMP-031")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(("n", "p", "kept"), [(2, 0.5, 1), (4, 0.5, 2), (4, 0.75, 3), (8, 0.25, 2)])
+def test_top_p_running_sum_equal_to_p_is_enough(target: Any, n: int, p: float, kept: int) -> None:
+    # equal logits: every p is 1/n exactly, so the running sum hits p exactly
+    cur = TokenDataArray(np.arange(n, dtype=np.int32), np.zeros(n, F32), np.zeros(n, F32))
+    assert apply_once(target, [["top_p", {"p": p}]], cur).size == kept
+
+
+def _min_p_case(cur: TokenDataArray, p: float) -> np.ndarray:
+    threshold = float(np.max(cur.logits)) + math.log(float(F32(p)))
+    assume(np.min(np.abs(cur.logits.astype(np.float64) - threshold)) > 1e-4)
+    return np.asarray(cur.logits >= threshold)
+
+
+@pytest.mark.invariant("SMP-032")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 200, sorted_=False), p=st.floats(0.001, 1.0), min_keep=st.integers(0, 6))
+def test_min_p_unsorted_filters_in_place(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
+    passing = _min_p_case(cur, p)
+    count = int(passing.sum())
+    assume(count >= min_keep)
+    out = apply_once(target, [["min_p", {"p": p, "min_keep": min_keep}]], cur)
+    assert out.sorted is False
+    assert np.array_equal(out.ids, cur.ids[passing]) and np.array_equal(out.p, cur.p[passing])
+
+
+@pytest.mark.invariant("SMP-033")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 200), p=st.floats(0.001, 1.5), min_keep=st.integers(0, 12))
+def test_min_p_sorted_path_keeps_a_prefix(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
+    passing = _min_p_case(cur, p)
+    count = int(passing.sum())
+    assume(cur.sorted or count < min_keep or count == 0)
+    out = apply_once(target, [["min_p", {"p": p, "min_keep": min_keep}]], cur)
+    expected = min(cur.size, max(count, min_keep, 1))
+    order = np.argsort(-cur.logits, kind="stable")[:expected]
+    assert out.sorted is True and np.array_equal(out.ids, cur.ids[order]), describe(out)
+
+
+def _typical_expectation(
+    cur: TokenDataArray, p: float, min_keep: int
+) -> tuple[np.ndarray, np.ndarray]:
+    q = _softmax64(cur.logits)
+    entropy = -np.sum(q * np.log(q))
+    scores = np.abs(-np.log(q) - entropy)
+    order = np.argsort(scores, kind="stable")
+    running = np.cumsum(q[order])
+    assume(np.min(np.abs(running - float(F32(p)))) > 1e-5)
+    gaps = np.diff(np.sort(scores))
+    assume(gaps.size == 0 or np.min(gaps) > 1e-5)  # no near-ties in the score order
+    ok = (running > float(F32(p))) & ((min_keep == 0) | (np.arange(cur.size) >= min_keep - 1))
+    stop = np.nonzero(ok)[0]
+    keep = int(stop[0]) + 1 if stop.size else cur.size
+    return order[:keep], q
+
+
+@pytest.mark.invariant("SMP-034")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(1, 120, max_scale=3.0), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
+def test_typical_keeps_the_most_typical_rows(
+    target: Any, cur: TokenDataArray, p: float, min_keep: int
+) -> None:
+    keep, q = _typical_expectation(cur, p, min_keep)
+    out = apply_once(target, [["typical", {"p": p, "min_keep": min_keep}]], cur)
+    assert out.sorted is False
+    assert np.array_equal(out.ids, cur.ids[keep]), describe(out)
+    np.testing.assert_allclose(out.p, q[keep], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.invariant("SMP-034")
+@pytest.mark.requires("sampling.samplers")
+@pytest.mark.parametrize(("n", "p", "kept"), [(2, 0.5, 2), (4, 0.5, 3), (4, 0.25, 2)])
+def test_typical_needs_a_running_sum_above_p(target: Any, n: int, p: float, kept: int) -> None:
+    # equal logits: all scores are 0 and every p is exactly 1/n
+    cur = TokenDataArray(np.arange(n, dtype=np.int32), np.zeros(n, F32), np.zeros(n, F32))
+    assert apply_once(target, [["typical", {"p": p}]], cur).size == kept
+
+
+@pytest.mark.invariant("SMP-035")
+@pytest.mark.requires("sampling.samplers")
+@given(cur=token_arrays(2, 200), n=st.floats(0.1, 3.0), masked=st.integers(0, 3))
+def test_top_n_sigma_masks_below_the_band(
+    target: Any, cur: TokenDataArray, n: float, masked: int
+) -> None:
+    logits = cur.logits.copy()
+    logits[cur.size - min(masked, cur.size - 1) :] = -np.inf
+    cur = TokenDataArray(cur.ids, logits, cur.p, -1, False)
+    live = logits[logits != -np.inf].astype(np.float64)
+    threshold = live.max() - float(F32(n)) * live.std()
+    assume(np.min(np.abs(live - threshold)) > 1e-4)
+    out = apply_once(target, [["top_n_sigma", {"n": n}]], cur)
+    expected = np.where(logits < threshold, F32(-np.inf), logits)
+    assert np.array_equal(out.logits, expected) and np.array_equal(out.ids, cur.ids)
+    assert np.array_equal(out.p, cur.p) and out.sorted is False
+
+
+@pytest.mark.invariant("SMP-035")
+@pytest.mark.requires("sampling.samplers")
+def test_top_n_sigma_leaves_a_single_row(target: Any) -> None:
+    cur = TokenDataArray(np.array([7], np.int32), np.array([-3.5], F32), np.array([0.2], F32))
+    out = apply_once(target, [["top_n_sigma", {"n": 0.1}]], cur)
+    assert out.logits.tolist() == [-3.5] and out.ids.tolist() == [7]

@@ -1,0 +1,96 @@
+"""Hypothesis strategies for the sampling area: logits rows, candidate arrays, chains.
+
+Logits are drawn as continuous values from a numpy generator seeded by hypothesis, so equal
+logits (whose order llama.cpp leaves unspecified) practically never occur unless a strategy
+asks for ties on purpose; hypothesis still shrinks the size, scale and seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+
+
+def logits_from_seed(seed: int, n: int, scale: float = 3.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(n) * scale).astype(F32)
+
+
+@st.composite
+def logits_rows(
+    draw: st.DrawFn, min_size: int = 1, max_size: int = 64, max_scale: float = 6.0
+) -> np.ndarray:
+    """A float32 row of continuous (practically distinct) logits."""
+    n = draw(st.integers(min_size, max_size))
+    seed = draw(st.integers(0, 2**32 - 1))
+    scale = draw(st.floats(0.1, max_scale))
+    return logits_from_seed(seed, n, scale)
+
+
+@st.composite
+def tied_logits_rows(draw: st.DrawFn, min_size: int = 1, max_size: int = 24) -> np.ndarray:
+    """Logits from a handful of values (many ties), sometimes with -inf entries."""
+    values = st.sampled_from([-2.0, -1.0, 0.0, 0.5, 3.0, float("-inf")])
+    row = draw(st.lists(values, min_size=min_size, max_size=max_size))
+    return np.array(row, dtype=F32)
+
+
+@st.composite
+def token_arrays(
+    draw: st.DrawFn,
+    min_size: int = 1,
+    max_size: int = 64,
+    max_scale: float = 6.0,
+    sorted_: bool | None = None,
+) -> TokenDataArray:
+    """A candidate array: shuffled distinct ids, continuous logits, arbitrary p, and either
+    unsorted or sorted descending (with the flag set)."""
+    logits = draw(logits_rows(min_size, max_size, max_scale))
+    n = logits.shape[0]
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(max(n * 3, 8))[:n].astype(np.int32)
+    p = rng.random(n).astype(F32)
+    is_sorted = draw(st.booleans()) if sorted_ is None else sorted_
+    if is_sorted:
+        order = np.argsort(-logits, kind="stable")
+        ids, logits, p = ids[order], logits[order], p[order]
+    return TokenDataArray(ids, logits, p, -1, is_sorted)
+
+
+def seeds() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**32 - 2)  # 0xFFFFFFFF means "random seed"
+
+
+def filter_entries() -> st.SearchStrategy[list[Any]]:
+    """One non-selecting chain entry with enabled parameters."""
+    keep = st.integers(0, 4)
+    prob = st.floats(0.05, 0.95)
+    return st.one_of(
+        st.builds(lambda k: ["top_k", {"k": k}], st.integers(1, 50)),
+        st.builds(lambda p, m: ["top_p", {"p": p, "min_keep": m}], prob, keep),
+        st.builds(lambda p, m: ["min_p", {"p": p, "min_keep": m}], st.floats(0.01, 0.9), keep),
+        st.builds(lambda p, m: ["typical", {"p": p, "min_keep": m}], prob, keep),
+        st.builds(lambda t: ["temp", {"t": t}], st.floats(0.2, 2.5)),
+        st.builds(
+            lambda t, d, e: ["temp_ext", {"t": t, "delta": d, "exponent": e}],
+            st.floats(0.3, 2.0),
+            st.floats(0.0, 0.8),
+            st.floats(0.5, 2.0),
+        ),
+        st.builds(lambda n: ["top_n_sigma", {"n": n}], st.floats(0.5, 3.0)),
+    )
+
+
+def chains(max_filters: int = 4) -> st.SearchStrategy[list[Any]]:
+    """A chain of 1..max_filters filters ending with a seeded dist."""
+    return st.builds(
+        lambda fs, seed: [*fs, ["dist", {"seed": seed}]],
+        st.lists(filter_entries(), min_size=1, max_size=max_filters),
+        seeds(),
+    )
