@@ -75,29 +75,38 @@ def valid_cases(
     max_tokens: int = 24,
     allow_mrope: bool = True,
     allow_coupling: bool = True,
+    coupled_memory: bool = False,
+    explicit_pos: bool = False,
 ) -> BatchCase:
-    """A batch every sanitizer rule accepts."""
-    n_seq_max = draw(st.sampled_from([1, 2, 3, 4, 8, 64, LLAMA_MAX_SEQ]))
-    n_active = draw(st.integers(1, min(n_seq_max, 6)))
+    """A batch every sanitizer rule accepts.
+
+    ``coupled_memory``: the first token couples two or more sequences that the memory holds
+    (with more than one position), so a divergence can be introduced.
+    """
+    n_seq_max = draw(st.sampled_from([2, 3, 4, 8, 64, LLAMA_MAX_SEQ] if coupled_memory else [1, 2, 3, 4, 8, 64, LLAMA_MAX_SEQ]))
+    n_active = draw(st.integers(2 if coupled_memory else 1, min(n_seq_max, 6)))
     seqs = sorted(draw(st.sets(st.integers(0, n_seq_max - 1), min_size=n_active, max_size=n_active)))
     n_pos = 4 if allow_mrope and draw(st.integers(0, 5)) == 0 else 1
     content = draw(st.sampled_from(["token", "token", "token", "embd", "both"]))
     has_token = content != "embd"
 
     # positions left to the sanitizer: then they must be exactly what it generates
-    auto = draw(st.integers(0, 2)) == 0
+    auto = not (coupled_memory or explicit_pos) and draw(st.integers(0, 2)) == 0
 
     # sequences that may share tokens share their memory state (else they would diverge)
     groups: list[list[int]] = [[s] for s in seqs]
-    if allow_coupling and not auto and len(seqs) > 1 and draw(st.booleans()):
+    if coupled_memory or (allow_coupling and not auto and len(seqs) > 1 and draw(st.booleans())):
         k = draw(st.integers(2, len(seqs)))
         groups = [seqs[:k]] + [[s] for s in seqs[k:]]
-    use_memory = draw(st.booleans())
+    use_memory = coupled_memory or draw(st.booleans())
     memory: dict[int, tuple[int, int]] | None = None
     if use_memory:
         memory = {}
-        for g in groups:
+        for k, g in enumerate(groups):
             r = draw(memory_ranges([g[0]]))
+            if coupled_memory and k == 0:
+                lo = draw(st.integers(0, 8))
+                r = {g[0]: (lo, lo + draw(st.integers(1, 6)))}
             for s in g:
                 if g[0] in r:
                     memory[s] = r[g[0]]
@@ -118,9 +127,12 @@ def valid_cases(
     rows: list[list[int]] = []
     pos0: list[int] = []
     coupled = False
-    for _ in range(n):
+    for t in range(n):
         g = draw(st.sampled_from(groups))
         members = draw(st.lists(st.sampled_from(g), min_size=1, max_size=len(g), unique=True))
+        if coupled_memory and t == 0:
+            g = groups[0]
+            members = draw(st.permutations(g))
         # positions that keep every member continuous and non-decreasing
         allowed: set[int] | None = None
         for s in members:
@@ -284,7 +296,20 @@ def _append_token(case: BatchCase, seq: int, p: int) -> BatchCase:
 def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, str]:
     """A valid case with exactly one rule broken, and the code the sanitizer must raise."""
     rule = rule or draw(st.sampled_from(INVALID_RULES))
-    case = draw(valid_cases(max_tokens=12))
+    if rule == "SAN_SEQ_DIVERGED":
+        case = draw(valid_cases(max_tokens=12, coupled_memory=True))
+        seq_id, n_seq_id = _explicit_seqs(case)
+        row = list(dict.fromkeys(seq_id[0, : n_seq_id[0]].tolist()))
+        s1 = draw(st.sampled_from(row[1:]))
+        assert case.memory is not None
+        mem = dict(case.memory)
+        lo, hi = mem[s1]
+        mem[s1] = (lo + 1, hi)  # same end, different start: positions still continue
+        return replace(case, memory=mem), rule
+    positional = rule in ("SAN_POS_MEMORY", "SAN_POS_GAP", "SAN_POS_DECREASING")
+    case = draw(
+        valid_cases(max_tokens=12, explicit_pos=positional, allow_mrope=rule != "SAN_POS_GAP")
+    )
     b = case.batch
     n = b.n_tokens
     if rule == "SAN_EMPTY":
@@ -316,8 +341,8 @@ def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, 
         j = draw(st.integers(0, int(n_seq_id[i]) - 1))
         seq_id[i, j] = draw(st.sampled_from([-1, case.n_seq_max, case.n_seq_max + 3]))
         return _with(case, seq_id=seq_id, n_seq_id=n_seq_id), rule
-    # position rules need explicit positions
-    assume(b.pos is not None)
+    # position rules: explicit positions
+    assert b.pos is not None
     seqpos = _seq_positions(case)
     s = draw(st.sampled_from(sorted(seqpos)))
     ps = seqpos[s]
@@ -334,22 +359,8 @@ def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, 
         # sequences coupled to s must not make the divergence check fire first: it runs later
         return replace(case, memory=mem), rule
     if rule == "SAN_POS_GAP":
-        assume(case.n_pos_per_embd == 1)
         return _append_token(case, s, max(ps) + 2), rule
     if rule == "SAN_POS_DECREASING":
         assume(len(set(ps)) >= 2)
         return _append_token(case, s, min(ps)), rule
-    if rule == "SAN_SEQ_DIVERGED":
-        _, seq_id, n_seq_id = _explicit(case)
-        multi = [i for i in range(n) if len(set(seq_id[i, : n_seq_id[i]].tolist())) > 1]
-        assume(multi and case.memory is not None)
-        i = draw(st.sampled_from(multi))
-        row = list(dict.fromkeys(seq_id[i, : n_seq_id[i]].tolist()))
-        s1 = draw(st.sampled_from(row[1:]))
-        assert case.memory is not None
-        assume(s1 in case.memory)
-        lo, hi = case.memory[s1]
-        assume(lo < hi)
-        mem[s1] = (lo + 1, hi)  # same end, different start: positions still continue
-        return replace(case, memory=mem), rule
     raise ValueError(f"unknown rule {rule}")

@@ -1,6 +1,10 @@
-"""Batch input, sanitizer (llama_batch_allocr::init) and splitter (split_simple/equal/seq)."""
+"""Batch input, sanitizer (llama_batch_allocr::init) and splitter (split_simple/equal/seq).
 
-from reference_impl.batch.sanitize import SanitizedBatch, sanitize
+The sanitizer function lives in :mod:`reference_impl.batch.sanitize` (``sanitize``); it is not
+re-exported here so that the submodule name is not shadowed (mutants patch the module).
+"""
+
+from reference_impl.batch.sanitize import SanitizedBatch
 from reference_impl.batch.split import (
     BatchSplitter,
     SplitPlan,
@@ -18,7 +22,6 @@ __all__ = [
     "SanitizedBatch",
     "SplitPlan",
     "UBatch",
-    "sanitize",
     "split_all",
     "split_plan",
     "ubatch_reserve",
