@@ -139,14 +139,28 @@ def input_seqs(batch: Batch) -> list[tuple[int, ...]]:
 
 
 def make_case(
-    batch: Batch, memory: dict[int, tuple[int, int]] | None, like: BatchCase | None = None
+    batch: Batch,
+    memory: dict[int, tuple[int, int]] | None,
+    like: BatchCase | None = None,
+    **params: Any,
 ) -> BatchCase:
-    """A BatchCase for ``batch`` on ``memory``; other parameters from ``like`` or defaults."""
-    return BatchCase(
-        batch=batch,
-        memory=memory,
-        n_vocab=like.n_vocab if like else 32,
-        n_seq_max=like.n_seq_max if like else 4,
-        output_all=like.output_all if like else False,
-        n_pos_per_embd=like.n_pos_per_embd if like else 1,
-    )
+    """A BatchCase for ``batch`` on ``memory``; parameters from ``params``, ``like`` or defaults."""
+    base: dict[str, Any] = {"n_vocab": 32, "n_seq_max": 4, "output_all": False, "n_pos_per_embd": 1}
+    if like is not None:
+        base.update(
+            n_vocab=like.n_vocab,
+            n_seq_max=like.n_seq_max,
+            output_all=like.output_all,
+            n_pos_per_embd=like.n_pos_per_embd,
+        )
+    base.update(params)
+    return BatchCase(batch=batch, memory=memory, **base)
+
+
+def input_pos0(batch: Batch, n_pos_per_embd: int = 1) -> list[int]:
+    """Section-0 positions of a batch with explicit positions."""
+    assert batch.pos is not None
+    pos = np.asarray(batch.pos)
+    if pos.ndim == 1 and pos.shape[0] != batch.n_tokens:
+        pos = pos.reshape(-1, batch.n_tokens)
+    return [int(p) for p in (pos if pos.ndim == 1 else pos[0])]

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conformance.batch import examples as ex
 from conformance.batch.checks import (
     check_ubatch,
     sanitize,
@@ -55,6 +56,7 @@ def _refused(sb: Any, mode: str) -> bool:
 
 @pytest.mark.invariant("SPL-001")
 @given(valid_cases(max_tokens=30), UBATCH)
+@example(case=ex.GET_ONE, n_ubatch=2)
 def test_split_simple(target: Any, case: BatchCase, n_ubatch: int) -> None:
     sb, sp = _splitter(target, case)
     ubs = _run(sp, "simple", n_ubatch)
@@ -72,6 +74,7 @@ def test_split_simple(target: Any, case: BatchCase, n_ubatch: int) -> None:
 
 @pytest.mark.invariant("SPL-002", "SPL-003", "SPL-004")
 @given(valid_cases(max_tokens=30), MODES, UBATCH, st.integers(0, 3))
+@example(case=ex.UNEQUAL, mode="equal", n_ubatch=8, tail=0)
 def test_ubatch_records(target: Any, case: BatchCase, mode: str, n_ubatch: int, tail: int) -> None:
     sb, sp = _splitter(target, case)
     for ub in _run(sp, mode, n_ubatch, tail if tail < n_ubatch else 0):
@@ -127,6 +130,7 @@ def test_each_token_once_and_all_outputs(
 
 @pytest.mark.invariant("SPL-006")
 @given(valid_cases(max_tokens=30), MODES, UBATCH)
+@example(case=ex.UNEQUAL, mode="equal", n_ubatch=8)
 def test_out_ids_in_emission_order(target: Any, case: BatchCase, mode: str, n_ubatch: int) -> None:
     _, sp = _splitter(target, case)
     ubs = _run(sp, mode, n_ubatch)
@@ -188,6 +192,7 @@ def _expected_sets(
 
 @pytest.mark.invariant("SPL-008", "SPL-009", "SPL-010")
 @given(valid_cases(max_tokens=30), UBATCH, st.booleans())
+@example(case=ex.OVERLAPPING_SETS, n_ubatch=4, sequential=False)
 def test_split_equal_sets(target: Any, case: BatchCase, n_ubatch: int, sequential: bool) -> None:
     sb, sp = _splitter(target, case)
     if sequential and sb.has_cpl:
@@ -243,6 +248,7 @@ def test_sequential_refuses_coupled(target: Any) -> None:
 
 @pytest.mark.invariant("SPL-011")
 @given(valid_cases(max_tokens=20), UBATCH)
+@example(case=ex.OVERLAPPING_SETS, n_ubatch=4)
 def test_sequential_refusal_property(target: Any, case: BatchCase, n_ubatch: int) -> None:
     sb, sp = _splitter(target, case)
     ub = sp.split_equal(n_ubatch, True)
@@ -256,6 +262,7 @@ def test_sequential_refusal_property(target: Any, case: BatchCase, n_ubatch: int
 
 @pytest.mark.invariant("SPL-012")
 @given(valid_cases(max_tokens=30), st.integers(2, 9), st.integers(1, 4), st.booleans())
+@example(case=ex.FIVE, n_ubatch=4, tail=2, sequential=False)
 def test_keep_tail(
     target: Any, case: BatchCase, n_ubatch: int, tail: int, sequential: bool
 ) -> None:

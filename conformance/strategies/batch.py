@@ -77,6 +77,7 @@ def valid_cases(
     allow_coupling: bool = True,
     coupled_memory: bool = False,
     explicit_pos: bool = False,
+    force_mrope: bool = False,
 ) -> BatchCase:
     """A batch every sanitizer rule accepts.
 
@@ -94,7 +95,7 @@ def valid_cases(
     seqs = sorted(
         draw(st.sets(st.integers(0, n_seq_max - 1), min_size=n_active, max_size=n_active))
     )
-    n_pos = 4 if allow_mrope and draw(st.integers(0, 5)) == 0 else 1
+    n_pos = 4 if force_mrope or (allow_mrope and draw(st.integers(0, 5)) == 0) else 1
     content = draw(st.sampled_from(["token", "token", "token", "embd", "both"]))
     has_token = content != "embd"
 
@@ -185,10 +186,15 @@ def valid_cases(
         token = token.astype(np.int32)
     embd = None
     if content != "token":
-        embd = np.asarray(
-            draw(st.lists(st.floats(-2, 2, width=32), min_size=2 * n, max_size=2 * n)),
-            dtype=np.float32,
-        ).reshape(n, 2)
+        # distinct rows ([100 i + k] + offset): contents never matter to the rules, only that
+        # a ubatch copies the right rows
+        embd_width = draw(st.integers(1, 3))
+        offset = draw(st.integers(0, 9))
+        embd = (
+            100.0 * np.arange(n, dtype=np.float32)[:, None]
+            + np.arange(embd_width, dtype=np.float32)[None, :]
+            + offset
+        )
 
     # positions: explicit, or left to the sanitizer (then pos0 is what it must generate)
     pos: np.ndarray | None = None if auto else np.asarray(pos0, dtype=np.int32)
@@ -311,8 +317,13 @@ def _append_token(case: BatchCase, seq: int, p: int) -> BatchCase:
 
 
 @st.composite
-def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, str]:
-    """A valid case with exactly one rule broken, and the code the sanitizer must raise."""
+def invalid_cases(
+    draw: st.DrawFn, rule: str | None = None, mrope: bool | None = None
+) -> tuple[BatchCase, str]:
+    """A valid case with exactly one rule broken, and the code the sanitizer must raise.
+
+    ``mrope``: True for M-RoPE cases only, False for standard positions only, None for both.
+    """
     rule = rule or draw(st.sampled_from(INVALID_RULES))
     if rule == "SAN_SEQ_DIVERGED":
         case = draw(valid_cases(max_tokens=12, coupled_memory=True))
@@ -326,7 +337,12 @@ def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, 
         return replace(case, memory=mem), rule
     positional = rule in ("SAN_POS_MEMORY", "SAN_POS_GAP", "SAN_POS_DECREASING")
     case = draw(
-        valid_cases(max_tokens=12, explicit_pos=positional, allow_mrope=rule != "SAN_POS_GAP")
+        valid_cases(
+            max_tokens=12,
+            explicit_pos=positional,
+            allow_mrope=rule != "SAN_POS_GAP" and mrope is not False,
+            force_mrope=bool(mrope),
+        )
     )
     b = case.batch
     n = b.n_tokens

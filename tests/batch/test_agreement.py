@@ -21,7 +21,7 @@ def _run(
     fn: Any, case: BatchCase
 ) -> SanitizedBatch | tuple[str, str | None, int | None, int | None]:
     try:
-        return fn(case.batch, **case.kwargs())  # type: ignore[no-any-return]
+        return fn(case.batch, **case.kwargs())
     except BatchError as e:
         return (e.code, e.field, e.index, e.seq_id)
 
