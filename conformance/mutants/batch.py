@@ -132,8 +132,8 @@ def _seq_idx_not_reset(t: Any) -> Any:
     original = mod.make_ubatch
     stale = np.full(256, -1, dtype=np.int32)
 
-    def make_ubatch(sb: Any, idxs: Any, n_seqs: int, equal_seqs: bool) -> Any:
-        ub = original(sb, idxs, n_seqs, equal_seqs)
+    def make_ubatch(*args: Any, **kwargs: Any) -> Any:
+        ub = original(*args, **kwargs)
         present = ub.seq_idx >= 0
         stale[present] = ub.seq_idx[present]  # entries of earlier ubatches are never cleared
         ub.seq_idx[:] = stale
@@ -172,10 +172,8 @@ def _equal_sets_overlap(t: Any) -> Any:
     import reference_impl.batch.split as mod
 
     def choose_sets(sp: Any, n_ubatch: int, sequential: bool) -> list[int]:
-        rem = sp._set_count - sp._cursor
-        live = np.flatnonzero(rem > 0)
-        heads = sp._set_tokens[sp._set_start[live] + sp._cursor[live]]
-        return [int(k) for k in live[np.argsort(heads, kind="stable")][: n_ubatch + 1]]
+        live = np.flatnonzero(sp._cursor < sp._set_count)
+        return [int(k) for k in live[np.argsort(sp._heads(live), kind="stable")][: n_ubatch + 1]]
 
     original = mod.choose_sets
     replace(

@@ -98,6 +98,14 @@ class SanitizedBatch:
 # --------------------------------------------------------------------------------------------
 
 
+def group_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Start index of every run of equal values in a sorted array."""
+    change = np.empty(sorted_values.shape[0], dtype=bool)
+    change[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=change[1:])
+    return np.flatnonzero(change)
+
+
 def check_params(n_vocab: int, n_seq_max: int, n_pos_per_embd: int) -> None:
     if not 1 <= n_seq_max <= LLAMA_MAX_SEQ:
         raise fail(
@@ -204,8 +212,8 @@ def auto_positions(
     n = first_seq.shape[0]
     order = np.argsort(first_seq, kind="stable")
     sorted_seq = first_seq[order]
-    starts = np.flatnonzero(np.r_[True, sorted_seq[1:] != sorted_seq[:-1]])
-    group_len = np.diff(np.r_[starts, n])
+    starts = group_starts(sorted_seq)
+    group_len = np.diff(starts, append=n)
     seqs = sorted_seq[starts]
     base = np.array(
         [next_position(memory, int(s)) for s in seqs], dtype=np.int64
@@ -253,24 +261,18 @@ def group_by_seq(seq_id: np.ndarray, n_seq_id: np.ndarray, pos0: np.ndarray) -> 
     pc: np.ndarray
     if seq_id.shape[1] == 1:
         ps = seq_id[:, 0]
-        pt = np.arange(ps.shape[0], dtype=np.int32)
-        pc = np.zeros(ps.shape[0], dtype=np.int32)
+        pt = np.arange(ps.shape[0])  # intp: numpy gathers fastest with intp indices
+        pc = np.zeros(ps.shape[0], dtype=np.int8)  # every id is in column 0
     else:
         valid = np.arange(seq_id.shape[1])[None, :] < n_seq_id[:, None]
         pt, pc = np.nonzero(valid)
         ps = seq_id[pt, pc]
-    order = np.argsort(ps, kind="stable")
-    s_sorted = ps[order]
-    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
-    ends = np.r_[starts[1:], s_sorted.shape[0]]
-    return _SeqView(
-        token=pt[order],
-        col=pc[order],
-        pos=pos0[pt[order]],
-        seqs=s_sorted[starts],
-        starts=starts,
-        ends=ends,
-    )
+    if ps.shape[0] > 1 and not (ps[1:] >= ps[:-1]).all():
+        order = np.argsort(ps, kind="stable")
+        ps, pt, pc = ps[order], pt[order], pc[order]
+    starts = group_starts(ps)
+    ends = np.append(starts[1:], ps.shape[0])
+    return _SeqView(token=pt, col=pc, pos=pos0[pt], seqs=ps[starts], starts=starts, ends=ends)
 
 
 def seq_bounds(view: _SeqView) -> tuple[np.ndarray, np.ndarray]:
@@ -320,8 +322,12 @@ def check_continuity(view: _SeqView, pmin: np.ndarray, pmax: np.ndarray) -> np.n
         steps = np.diff(pos)
         if not (inner & (steps < 0)).any():
             # positions already ascend inside every group: count distinct values directly
-            changes = np.r_[0, np.cumsum(inner & (steps != 0))]
-            distinct = changes[view.ends - 1] - changes[view.starts] + 1
+            # position k starts a new value of its group; sum per group (reduceat: cumsum is
+            # several times slower here)
+            new_value = np.empty(pos.shape[0], dtype=bool)
+            new_value[0] = False
+            np.logical_and(inner, steps != 0, out=new_value[1:])
+            distinct = np.add.reduceat(new_value, view.starts, dtype=np.int64) + 1
             return np.asarray(pmax - pmin + 1 > distinct)
     distinct = np.array(
         [np.unique(pos[a:b]).shape[0] for a, b in zip(view.starts, view.ends)], dtype=np.int64
@@ -377,7 +383,7 @@ def coupled_pairs(seq_id: np.ndarray, n_seq_id: np.ndarray) -> dict[tuple[int, i
     key = seq_id[rows, cols].astype(np.int64) * LLAMA_MAX_SEQ + seq_id[rows, 0]
     order = np.lexsort((rows, key))  # by pair, then first token
     key, rows = key[order], rows[order]
-    first = np.r_[True, key[1:] != key[:-1]]
+    first = group_starts(key)
     return {
         (int(k) // LLAMA_MAX_SEQ, int(k) % LLAMA_MAX_SEQ): int(i)
         for k, i in zip(key[first].tolist(), rows[first].tolist())
@@ -433,23 +439,23 @@ def pos_seq(view: _SeqView, k: int) -> int:
 
 
 def seq_sets_of(
-    seq_id: np.ndarray, n_seq_id: np.ndarray
+    seq_id: np.ndarray, n_seq_id: np.ndarray, view: _SeqView
 ) -> tuple[tuple[tuple[int, ...], ...], np.ndarray]:
     """Distinct sequence sets in order of first appearance and each token's set index."""
     n = seq_id.shape[0]
     if seq_id.shape[1] == 1:
-        col = seq_id[:, 0]
-        uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True)
-        rank = np.empty(uniq.shape[0], dtype=np.int32)
-        rank[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0], dtype=np.int32)
-        ordered = uniq[np.argsort(first, kind="stable")]
-        return tuple((int(s),) for s in ordered), rank[inverse.reshape(-1)].astype(np.int32)
+        # one sequence per token: the sets are the present sequences
+        first = view.token[view.starts]
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(LLAMA_MAX_SEQ, dtype=np.int32)
+        rank[view.seqs[order]] = np.arange(order.shape[0], dtype=np.int32)
+        return tuple((int(s),) for s in view.seqs[order].tolist()), rank[seq_id[:, 0]]
     keys = np.where(
         np.arange(seq_id.shape[1])[None, :] < n_seq_id[:, None], seq_id, np.int32(LLAMA_MAX_SEQ)
     )
     keys = np.sort(keys, axis=1)
-    uniq_rows, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
+    uniq_rows, first_idx, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first_idx, kind="stable")
     rank = np.empty(uniq_rows.shape[0], dtype=np.int32)
     rank[order] = np.arange(uniq_rows.shape[0], dtype=np.int32)
     sets = tuple(tuple(int(s) for s in uniq_rows[r] if s < LLAMA_MAX_SEQ) for r in order.tolist())
@@ -515,7 +521,7 @@ def sanitize(
     seq_id_unq = view.seqs.astype(np.int32)
     seq_idx = np.full(LLAMA_MAX_SEQ, -1, dtype=np.int32)
     seq_idx[seq_id_unq] = np.arange(seq_id_unq.shape[0], dtype=np.int32)
-    sets, set_id = seq_sets_of(seq_id, n_seq_id)
+    sets, set_id = seq_sets_of(seq_id, n_seq_id, view)
 
     out = Batch(
         token=f.token, embd=f.embd, pos=pos, n_seq_id=n_seq_id, seq_id=seq_id, logits=logits

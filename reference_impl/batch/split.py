@@ -63,13 +63,21 @@ def empty_ubatch(n_pos: int = 1) -> UBatch:
     )
 
 
-def make_ubatch(sb: SanitizedBatch, idxs: np.ndarray, n_seqs: int, equal_seqs: bool) -> UBatch:
+def make_ubatch(
+    sb: SanitizedBatch,
+    idxs: np.ndarray,
+    n_seqs: int,
+    equal_seqs: bool,
+    seq_id_unq: np.ndarray | None = None,
+) -> UBatch:
     """Copy the tokens ``idxs`` (in this order) out of the batch into a self-contained ubatch.
 
     Positions are section-major (``pos[j * n_tokens + i]``): a token batch repeats its single
-    position in every section, an embedding batch copies its sections.
+    position in every section, an embedding batch copies its sections. ``seq_id_unq``: the
+    ascending sequences of these tokens when the caller already knows them.
     """
     b = sb.batch
+    idxs = np.asarray(idxs, dtype=np.intp)  # numpy gathers fastest with intp indices
     n = idxs.shape[0]
     assert n % n_seqs == 0, "a ubatch holds n_seqs sets of equal length"
     pos = b.pos
@@ -83,15 +91,12 @@ def make_ubatch(sb: SanitizedBatch, idxs: np.ndarray, n_seqs: int, equal_seqs: b
     n_seq_id = b.n_seq_id[idxs]
     if b.seq_id.shape[1] == 1:
         seq_id = b.seq_id[idxs]
-        present = np.zeros(LLAMA_MAX_SEQ, dtype=bool)
-        present[seq_id[:, 0]] = True
     else:
-        width = int(n_seq_id.max())
-        seq_id = b.seq_id[idxs, :width]
+        seq_id = b.seq_id[idxs, : int(n_seq_id.max())]
+    if seq_id_unq is None:
         present = np.zeros(LLAMA_MAX_SEQ + 1, dtype=bool)
-        present[np.where(seq_id < 0, LLAMA_MAX_SEQ, seq_id)] = True
-        present = present[:LLAMA_MAX_SEQ]
-    seq_id_unq = np.flatnonzero(present).astype(np.int32)
+        present[seq_id] = True  # padding (-1) lands on the extra last entry
+        seq_id_unq = np.flatnonzero(present[:LLAMA_MAX_SEQ]).astype(np.int32)
     seq_idx = np.full(LLAMA_MAX_SEQ, -1, dtype=np.int32)
     seq_idx[seq_id_unq] = np.arange(seq_id_unq.shape[0], dtype=np.int32)
     return UBatch(
@@ -109,7 +114,7 @@ def make_ubatch(sb: SanitizedBatch, idxs: np.ndarray, n_seqs: int, equal_seqs: b
         seq_id_unq=seq_id_unq,
         seq_idx=seq_idx,
         output=b.logits[idxs],
-        idxs=idxs,
+        idxs=idxs.astype(np.int32),
     )
 
 
@@ -191,19 +196,28 @@ def keep_tail_lengths(rem: list[int], length: int, n_ubatch: int, n_keep_tail: i
 
 
 class BatchSplitter:
-    """Splits one sanitized batch into ubatches (llama_batch_allocr's split state)."""
+    """Splits one sanitized batch into ubatches (llama_batch_allocr's split state).
+
+    Per sequence set k, its tokens in batch order are
+    ``_set_tokens[_set_start[k] : _set_start[k] + _set_count[k]]`` and the first ``_cursor[k]``
+    of them are used: every split consumes a prefix of each set's unused tokens, so a cursor is
+    enough, and a split costs what it emits plus a little per set.
+    """
 
     def __init__(self, sb: SanitizedBatch) -> None:
         self.sb = sb
         n_sets = len(sb.seq_sets)
         self._n = sb.n_tokens
-        self._set_tokens = np.argsort(sb.set_id, kind="stable").astype(np.int32)
-        counts = np.bincount(sb.set_id, minlength=n_sets)
-        self._set_count = counts.astype(np.int64)
-        self._set_start = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
+        self._set_tokens = np.argsort(sb.set_id, kind="stable")  # intp: fast gathers
+        self._set_count = np.bincount(sb.set_id, minlength=n_sets).astype(np.intp)
+        self._set_start = np.cumsum(self._set_count) - self._set_count
+        self._set_count_list: list[int] = self._set_count.tolist()
+        self._set_start_list: list[int] = self._set_start.tolist()
         self._set_mask = [sum(1 << s for s in st) for st in sb.seq_sets]
-        # sequential split_equal only runs on batches without coupling: one set per sequence
-        self._set_of_seq = np.full(LLAMA_MAX_SEQ + 1, -1, dtype=np.int64)
+        self._single = all(len(st) == 1 for st in sb.seq_sets)  # no token couples sequences
+        # the sequence of each single-sequence set, and the set of each sequence (-1: none)
+        self._seq_of_set = np.array([st[0] for st in sb.seq_sets], dtype=np.intp)
+        self._set_of_seq = np.full(LLAMA_MAX_SEQ + 1, -1, dtype=np.intp)
         for k, st in enumerate(sb.seq_sets):
             if len(st) == 1:
                 self._set_of_seq[st[0]] = k
@@ -216,7 +230,7 @@ class BatchSplitter:
         """Forget what was emitted: every token unused again, out_ids empty."""
         self._used = np.zeros(self._n, dtype=bool)
         self._n_used = 0
-        self._cursor = np.zeros(len(self.sb.seq_sets), dtype=np.int64)
+        self._cursor = np.zeros(len(self.sb.seq_sets), dtype=np.intp)
         self._first_unused = 0
         self._out_chunks: list[np.ndarray] = []
         self.last_error = None
@@ -238,32 +252,48 @@ class BatchSplitter:
     def out_ids_array(self) -> np.ndarray:
         if not self._out_chunks:
             return np.zeros(0, dtype=np.int32)
-        return np.concatenate(self._out_chunks)
+        return np.concatenate(self._out_chunks).astype(np.int32)
 
     def ubatch_reserve(self, n_seq_tokens: int, n_seqs: int) -> UBatch:
         """llama.cpp's ubatch_reserve on the allocator: a reservation ubatch; resets the split."""
+        ub = ubatch_reserve(n_seq_tokens, n_seqs, n_pos_per_embd=self.sb.n_pos)
         self.split_reset()
-        return ubatch_reserve(n_seq_tokens, n_seqs, n_pos_per_embd=self.sb.n_pos)
+        return ub
 
     def _advance_first_unused(self) -> int:
         c = self._first_unused
-        if c < self._n and self._used[c]:
-            free = np.flatnonzero(~self._used[c:])
-            c = self._n if free.shape[0] == 0 else c + int(free[0])
-            self._first_unused = c
+        window = 256
+        while c < self._n and self._used[c]:
+            # look ahead in growing windows: the scan stays linear over a whole split
+            free = np.flatnonzero(~self._used[c : c + window])
+            c = c + int(free[0]) if free.shape[0] else min(c + window, self._n)
+            window *= 2
+        self._first_unused = c
         return c
 
-    def _emit(self, idxs: np.ndarray, n_seqs: int, equal_seqs: bool) -> UBatch:
+    def _heads(self, sets: np.ndarray) -> np.ndarray:
+        """The first unused token of each of ``sets`` (each must have one)."""
+        return self._set_tokens[self._set_start[sets] + self._cursor[sets]]
+
+    def _emit(
+        self,
+        idxs: np.ndarray,
+        n_seqs: int,
+        equal_seqs: bool,
+        cursor: np.ndarray | None = None,
+        seq_id_unq: np.ndarray | None = None,
+    ) -> UBatch:
+        """Mark ``idxs`` used and build the ubatch. ``cursor``: the per-set cursors after this
+        ubatch when the caller knows them (else counted from ``idxs``)."""
         self._used[idxs] = True
         self._n_used += int(idxs.shape[0])
-        self._cursor += np.bincount(self.sb.set_id[idxs], minlength=self._cursor.shape[0])
-        ub = make_ubatch(self.sb, idxs, n_seqs, equal_seqs)
+        if cursor is None:
+            self._cursor += np.bincount(self.sb.set_id[idxs], minlength=self._cursor.shape[0])
+        else:
+            self._cursor = cursor
+        ub = make_ubatch(self.sb, idxs, n_seqs, equal_seqs, seq_id_unq)
         self._out_chunks.append(idxs[ub.output != 0])
         return ub
-
-    def _set_slice(self, k: int, length: int) -> np.ndarray:
-        a = int(self._set_start[k] + self._cursor[k])
-        return self._set_tokens[a : a + length]
 
     # -- split_simple --------------------------------------------------------------------------
 
@@ -275,9 +305,10 @@ class BatchSplitter:
             return empty_ubatch(self.sb.n_pos)
         end = min(c + n_ubatch, self._n)
         if not self._used[c:end].any():
-            idxs = np.arange(c, end, dtype=np.int32)
+            idxs = np.arange(c, end)
+            self._first_unused = end  # everything before end is now used
         else:  # only after another split mode without split_reset: skip what it took
-            idxs = (c + np.flatnonzero(~self._used[c:]))[:n_ubatch].astype(np.int32)
+            idxs = (c + np.flatnonzero(~self._used[c:]))[:n_ubatch]
         return self._emit(idxs, int(idxs.shape[0]), False)
 
     # -- split_equal ---------------------------------------------------------------------------
@@ -299,17 +330,29 @@ class BatchSplitter:
                 field="seq_id",
             )
             return empty_ubatch(self.sb.n_pos)
-        chosen = choose_sets(self, n_ubatch, sequential)
-        if not chosen:
+        chosen = np.asarray(choose_sets(self, n_ubatch, sequential), dtype=np.intp)
+        if chosen.shape[0] == 0:
             return empty_ubatch(self.sb.n_pos)
-        rem = [int(self._set_count[k] - self._cursor[k]) for k in chosen]
-        length = min(min(rem), max(1, n_ubatch // len(chosen)))
-        lengths = [length] * len(chosen)
+        rem = self._set_count[chosen] - self._cursor[chosen]
+        length = min(int(rem.min()), max(1, n_ubatch // chosen.shape[0]))
         if n_keep_tail > 0:
-            lengths = keep_tail_lengths(rem, length, n_ubatch, n_keep_tail)
-        parts = [self._set_slice(k, ln) for k, ln in zip(chosen, lengths)]
-        idxs = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return self._emit(idxs, len(lengths), True)
+            lengths = keep_tail_lengths(rem.tolist(), length, n_ubatch, n_keep_tail)
+            chosen = chosen[: len(lengths)]
+            length = lengths[0]  # one set, or every kept set at the common length
+        first = self._set_start[chosen] + self._cursor[chosen]
+        if chosen.shape[0] == 1:
+            idxs = self._set_tokens[int(first[0]) : int(first[0]) + length]
+        else:
+            idxs = self._set_tokens[(first[:, None] + np.arange(length)).reshape(-1)]
+        if self._single:
+            seqs = np.sort(self._seq_of_set[chosen]).astype(np.int32)
+        else:
+            seqs = np.asarray(
+                sorted(s for k in chosen.tolist() for s in self.sb.seq_sets[k]), dtype=np.int32
+            )
+        cursor = self._cursor.copy()
+        cursor[chosen] += length  # the chosen sets are distinct
+        return self._emit(idxs, int(chosen.shape[0]), True, cursor, seqs)
 
     # -- split_seq -----------------------------------------------------------------------------
 
@@ -321,40 +364,43 @@ class BatchSplitter:
         if c >= self._n:
             return empty_ubatch(self.sb.n_pos)
         masks = self._set_mask
-        cur = int(self.sb.set_id[c])
+        first = cur = int(self.sb.set_id[c])
         budget = n_ubatch
-        taken: list[np.ndarray] = []
-        cursor = self._cursor.copy()
+        parts: list[np.ndarray] = []
+        cursor = self._cursor.tolist()
+        start = self._set_start_list
+        count = self._set_count_list
         while True:
-            # sets strictly inside the current one, with their next unused token
-            inner = [
-                k
-                for k in range(len(masks))
-                if k != cur and masks[k] & ~masks[cur] == 0 and cursor[k] < self._set_count[k]
-            ]
-            nxt = self._n
-            nxt_set = -1
-            for k in inner:
-                t = int(self._set_tokens[self._set_start[k] + cursor[k]])
-                if t < nxt:
-                    nxt, nxt_set = t, k
-            a = int(self._set_start[cur] + cursor[cur])
-            b = int(self._set_start[cur] + self._set_count[cur])
-            own = self._set_tokens[a:b]
-            run = own[: int(np.searchsorted(own, nxt))][:budget]
-            taken.append(run)
-            cursor[cur] += run.shape[0]
+            # the next unused token of a set strictly inside the current one (a single-sequence
+            # set has no strict subset: no token is in zero sequences)
+            nxt, nxt_set = self._n, -1
+            if len(self.sb.seq_sets[cur]) > 1:
+                for k in range(len(masks)):
+                    if k != cur and masks[k] & ~masks[cur] == 0 and cursor[k] < count[k]:
+                        t = int(self._set_tokens[start[k] + cursor[k]])
+                        if t < nxt:
+                            nxt, nxt_set = t, k
+            # the current set's own tokens before it
+            own = self._set_tokens[start[cur] + cursor[cur] : start[cur] + count[cur]]
+            run = own[: min(budget, int(np.searchsorted(own, nxt)))]
+            parts.append(run)
+            cursor[cur] += int(run.shape[0])
             budget -= int(run.shape[0])
             if budget == 0 or nxt_set < 0:
                 break
-            taken.append(np.array([nxt], dtype=np.int32))
+            parts.append(np.array([nxt], dtype=np.intp))
             cursor[nxt_set] += 1
             budget -= 1
             cur = nxt_set
             if budget == 0:
                 break
-        idxs = np.concatenate(taken) if len(taken) > 1 else taken[0]
-        return self._emit(idxs, 1, True)
+        idxs = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        # the chain only narrows: its first set holds every sequence of the ubatch
+        seqs = np.asarray(self.sb.seq_sets[first], dtype=np.int32)
+        return self._emit(idxs, 1, True, np.asarray(cursor, dtype=np.intp), seqs)
+
+
+FEW_SETS = 16  # below this many sequence sets, plain Python beats numpy's per-call overhead
 
 
 def choose_sets(splitter: BatchSplitter, n_ubatch: int, sequential: bool) -> list[int]:
@@ -362,19 +408,25 @@ def choose_sets(splitter: BatchSplitter, n_ubatch: int, sequential: bool) -> lis
 
     Scanning unused tokens in batch order, a token's set joins when it overlaps no chosen set
     and, for a sequential split, its sequence follows the previously added one; the scan stops
-    once more than ``n_ubatch`` sets are chosen.
+    once more than ``n_ubatch`` sets are chosen. Overlap only grows as sets join, so without
+    ``sequential`` the scan is a greedy pass over the sets by first unused token; with it (sets
+    are then single sequences), after adding sequence s at token p the scan can only add s + 1,
+    at its first unused token after p.
     """
     sp = splitter
-    rem = sp._set_count - sp._cursor
-    live = np.flatnonzero(rem > 0)
+    if sp._cursor.shape[0] <= FEW_SETS:
+        return _choose_few(sp, n_ubatch, sequential)
+    live = np.flatnonzero(sp._cursor < sp._set_count)
     if live.shape[0] == 0:
         return []
-    heads = sp._set_tokens[sp._set_start[live] + sp._cursor[live]]
-    chosen: list[int] = []
+    heads = sp._heads(live)
     if not sequential:
-        # overlap only grows as sets join, so the scan equals a greedy pass by first token
+        by_head = live[np.argsort(heads, kind="stable")]
+        if sp._single:  # single-sequence sets never overlap: the first n_ubatch + 1 by head
+            return by_head[: n_ubatch + 1].tolist()
+        chosen: list[int] = []
         taken = 0
-        for k in live[np.argsort(heads, kind="stable")].tolist():
+        for k in by_head.tolist():
             if sp._set_mask[k] & taken:
                 continue
             chosen.append(k)
@@ -382,24 +434,65 @@ def choose_sets(splitter: BatchSplitter, n_ubatch: int, sequential: bool) -> lis
             if len(chosen) > n_ubatch:
                 break
         return chosen
-    # sequential: sets are single sequences; after adding seq s at token p the scan can only
-    # add seq s + 1, at its first unused token after p
     first = int(np.argmin(heads))
-    k = int(live[first])
-    p = int(heads[first])
-    chosen.append(k)
-    seq = sp.sb.seq_sets[k][0]
-    while len(chosen) <= n_ubatch:
+    k0, p0 = int(live[first]), int(heads[first])
+    s0 = int(sp._seq_of_set[k0])
+    cand = sp._set_of_seq[s0 + 1 : min(s0 + 1 + n_ubatch, LLAMA_MAX_SEQ)]
+    ok = cand >= 0
+    ok[ok] = sp._cursor[cand[ok]] < sp._set_count[cand[ok]]
+    chain = cand[: int(np.argmin(ok)) if not ok.all() else ok.shape[0]]
+    # usually each next sequence's first unused token comes later in the batch
+    hs = np.concatenate(([p0], sp._heads(chain)))
+    rising = hs[1:] > hs[:-1]
+    j = int(np.argmin(rising)) if not rising.all() else rising.shape[0]
+    chosen = [k0, *chain[:j].tolist()]
+    return _continue_sequential(sp, chosen, chain[j:].tolist(), int(hs[j]))
+
+
+def _choose_few(sp: BatchSplitter, n_ubatch: int, sequential: bool) -> list[int]:
+    """choose_sets with Python scalars (the same rule, for batches with few sequence sets)."""
+    cursor = sp._cursor.tolist()
+    count = sp._set_count_list
+    start = sp._set_start_list
+    tokens = sp._set_tokens
+    live = [k for k in range(len(cursor)) if cursor[k] < count[k]]
+    if not live:
+        return []
+    by_head = sorted((int(tokens[start[k] + cursor[k]]), k) for k in live)
+    if not sequential:
+        chosen: list[int] = []
+        taken = 0
+        for _, k in by_head:
+            if sp._set_mask[k] & taken:
+                continue
+            chosen.append(k)
+            taken |= sp._set_mask[k]
+            if len(chosen) > n_ubatch:
+                break
+        return chosen
+    p, k0 = by_head[0]
+    seq = int(sp._seq_of_set[k0])
+    rest: list[int] = []
+    while len(rest) < n_ubatch:
         seq += 1
         k = int(sp._set_of_seq[min(seq, LLAMA_MAX_SEQ)])
-        if k < 0 or rem[k] == 0:
+        if k < 0 or cursor[k] == count[k]:
             break
+        rest.append(k)
+    return _continue_sequential(sp, [k0], rest, p)
+
+
+def _continue_sequential(
+    sp: BatchSplitter, chosen: list[int], rest: list[int], p: int
+) -> list[int]:
+    """Add the sets ``rest`` in order while each has an unused token after the previous one."""
+    for k in rest:
         a = int(sp._set_start[k] + sp._cursor[k])
         toks = sp._set_tokens[a : int(sp._set_start[k] + sp._set_count[k])]
-        j = int(np.searchsorted(toks, p, side="right"))
-        if j == toks.shape[0]:
+        i = 0 if int(toks[0]) > p else int(np.searchsorted(toks, p, side="right"))
+        if i == toks.shape[0]:
             break
-        p = int(toks[j])
+        p = int(toks[i])
         chosen.append(k)
     return chosen
 

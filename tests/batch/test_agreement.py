@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.strategies.batch import BatchCase, invalid_cases, valid_cases
+from reference_impl.batch import split
 from reference_impl.batch.sanitize import SanitizedBatch, sanitize
 from reference_impl.batch.sanitize_scalar import sanitize_scalar
 from reference_impl.batch.split import BatchSplitter
 from reference_impl.batch.split_scalar import ScalarSplitter
-from reference_impl.batch.types import UBatch
+from reference_impl.batch.types import Batch, UBatch
 from reference_impl.errors import BatchError
 
 
@@ -75,8 +76,17 @@ OPS = st.lists(
 )
 
 
-@given(valid_cases(max_tokens=30), OPS)
-def test_splitter_agrees_with_scalar(case: BatchCase, ops: list[tuple[Any, ...]]) -> None:
+@given(valid_cases(max_tokens=30), OPS, st.sampled_from([split.FEW_SETS, 0]))
+def test_splitter_agrees_with_scalar(case: BatchCase, ops: list[tuple[Any, ...]], few: int) -> None:
+    # few == 0 forces the numpy set choice that large batches use
+    saved, split.FEW_SETS = split.FEW_SETS, few
+    try:
+        _compare_splitters(case, ops)
+    finally:
+        split.FEW_SETS = saved
+
+
+def _compare_splitters(case: BatchCase, ops: list[tuple[Any, ...]]) -> None:
     sb = sanitize(case.batch, **case.kwargs())
     vec, ref = BatchSplitter(sb), ScalarSplitter(sb)
     for op in ops:
@@ -93,3 +103,19 @@ def test_splitter_agrees_with_scalar(case: BatchCase, ops: list[tuple[Any, ...]]
         assert vec.n_used == ref.n_used
         assert vec.out_ids == ref.out_ids
         assert (vec.last_error is None) == (ref.last_error is None)
+
+
+def test_sequential_choice_with_sequences_out_of_batch_order() -> None:
+    """Sequence s + 1 may start before sequence s in the batch (the slow path of the choice)."""
+    b = Batch.from_lists([1] * 6, pos=[0, 0, 0, 1, 1, 2], seq_ids=[[0], [2], [1], [2], [1], [2]])
+    sb = sanitize(b, n_vocab=8, n_seq_max=4)
+    for few in (split.FEW_SETS, 0):
+        saved, split.FEW_SETS = split.FEW_SETS, few
+        try:
+            got = []
+            sp = BatchSplitter(sb)
+            while (ub := sp.split_equal(8, True)).n_tokens:
+                got.append(ub.idxs.tolist())
+        finally:
+            split.FEW_SETS = saved
+        assert got == [[0, 2, 1], [3, 5], [4]]
