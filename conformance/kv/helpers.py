@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conformance.strategies.kv import run_of, ubatch_from_lists, state_tuple
+from conformance.strategies.kv import run_of, state_tuple, ubatch_from_lists
 
 
 def place(cache: Any, ubatch: Any) -> Any:

@@ -64,7 +64,10 @@ def _two_streams(c: Any) -> None:
 
 def _mrope(c: Any) -> None:
     # an "image" of 2x2 patches at temporal position 1: (t, y, x, 0)
-    place(c, ubatch_from_lists([[0, 1, 1, 1, 1], [0, 0, 0, 1, 1], [0, 0, 1, 0, 1], [0] * 5], [[0]] * 5))
+    place(
+        c,
+        ubatch_from_lists([[0, 1, 1, 1, 1], [0, 0, 0, 1, 1], [0, 0, 1, 0, 1], [0] * 5], [[0]] * 5),
+    )
 
 
 def _shifted(c: Any) -> None:
@@ -94,7 +97,9 @@ SCENARIOS: dict[str, Scenario] = {
     "holes_reused": Scenario(
         {"kv_size": 8, "n_seq_max": 2, "unified": True}, _holes, [(6, [0]), (2, [1])]
     ),
-    "non_causal": Scenario({"kv_size": 8}, _prefix(0, 2), [(2, [0]), (3, [0]), (4, [0])], causal=False),
+    "non_causal": Scenario(
+        {"kv_size": 8}, _prefix(0, 2), [(2, [0]), (3, [0]), (4, [0])], causal=False
+    ),
     "swa_standard": Scenario(
         {"kv_size": 10, "n_swa": 3, "swa_type": 1}, _prefix(0, 4), [(4, [0]), (5, [0]), (6, [0])]
     ),
@@ -160,7 +165,12 @@ def test_mask_scenario(target: Any, snapshot: Any, name: str) -> None:
     if sc.sections:
         ext = [(sc.sections[2][i], sc.sections[1][i]) for i in range(len(sc.tokens))]
     want = _model_of(cache, sc.config).mask(
-        [(p, s) for p, s in sc.tokens], sc.groups or 1, n_kv, ext=ext, causal=sc.causal, alibi=sc.alibi
+        [(p, s) for p, s in sc.tokens],
+        sc.groups or 1,
+        n_kv,
+        ext=ext,
+        causal=sc.causal,
+        alibi=sc.alibi,
     )
     assert mask.tolist() == want
     assert mask == snapshot

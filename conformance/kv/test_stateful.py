@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -23,6 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from conformance import hypothesis_profiles
 from conformance.strategies.kv import (
     Clear,
     Decode,
@@ -127,7 +128,9 @@ class KVMachine(RuleBasedStateMachine):
         with pytest.raises(Exception) as info:
             fn(*args)
         assert _code(info.value) == code, f"expected {code}, got {info.value!r}"
-        assert state_tuple(self.cache.state()) == before, f"{code}: the failed call changed the cache"
+        assert state_tuple(self.cache.state()) == before, (
+            f"{code}: the failed call changed the cache"
+        )
 
     def pos_bound(self) -> int:
         return max([self.m.seq_pos_max(s) for s in self.seqs()] + [0]) + 3
@@ -142,10 +145,12 @@ class KVMachine(RuleBasedStateMachine):
             if self.cfg.n_stream > 1:
                 k = data.draw(st.integers(1, self.cfg.n_stream), label="n_groups")
                 group_seqs = sorted(
-                    data.draw(st.sets(st.sampled_from(range(self.cfg.n_stream)), min_size=k, max_size=k))
+                    data.draw(
+                        st.sets(st.sampled_from(range(self.cfg.n_stream)), min_size=k, max_size=k)
+                    )
                 )
                 per = data.draw(st.integers(1, 3), label="tokens_per_group")
-                toks = []
+                toks: list[tuple[int, tuple[int, ...]]] = []
                 for s in group_seqs:
                     for _ in range(per):
                         toks.append((next_pos[s], (s,)))
@@ -196,7 +201,9 @@ class KVMachine(RuleBasedStateMachine):
             if slots is None
             else [[(s, list(ix)) for s, ix in zip(sl.strm, sl.idxs)] for sl in slots]
         )
-        want = None if want_slots is None else [[(s, list(ix)) for s, ix in sl] for sl in want_slots]
+        want = (
+            None if want_slots is None else [[(s, list(ix)) for s, ix in sl] for sl in want_slots]
+        )
         assert got == want, f"prepare slots {got} != model {want}; ops {self.trace[-6:]}"
         if slots is None:
             return
@@ -379,7 +386,14 @@ def _run(target: Any, family: str, check_mask: bool, steps: int) -> None:
         (KVMachine,),
         {"target": target, "family": family, "check_mask": check_mask},
     )
-    run_state_machine_as_test(machine, settings=settings(settings(), stateful_step_count=steps))
+    phases = settings().phases
+    if hypothesis_profiles.selected_profile() == "ci":
+        # Bounded CI time: report the failing run as found (its last operations are in the
+        # message) instead of shrinking it.
+        phases = tuple(p for p in phases if p != Phase.shrink)
+    run_state_machine_as_test(
+        machine, settings=settings(settings(), stateful_step_count=steps, phases=phases)
+    )
 
 
 @pytest.mark.invariant(*CACHE_INVARIANTS)

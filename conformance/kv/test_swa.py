@@ -40,7 +40,9 @@ WINDOW_TABLE = [
 @pytest.mark.invariant("KV-022")
 @pytest.mark.requires("kv.mask")
 @pytest.mark.parametrize(("swa_type", "n_swa", "p0", "p1", "masked"), WINDOW_TABLE)
-def test_window_rule(target: Any, swa_type: int, n_swa: int, p0: int, p1: int, masked: bool) -> None:
+def test_window_rule(
+    target: Any, swa_type: int, n_swa: int, p0: int, p1: int, masked: bool
+) -> None:
     assert target.swa_is_masked(n_swa, swa_type, p0, p1) is masked
 
 

@@ -34,10 +34,11 @@ def ubatch_from_lists(
     """
     rows = [list(r) for r in seq_ids]
     n = len(rows)
-    if pos and isinstance(pos[0], Sequence):
-        sections = [list(map(int, sec)) for sec in pos]  # type: ignore[arg-type]
+    items: list[object] = list(pos)
+    if items and isinstance(items[0], Sequence):
+        sections = [[int(p) for p in sec] for sec in items]  # type: ignore[attr-defined]
     else:
-        sections = [[int(p) for p in pos]]  # type: ignore[union-attr]
+        sections = [[int(p) for p in items]]  # type: ignore[call-overload]
     n_pos = len(sections)
     assert all(len(sec) == n for sec in sections), "every position section needs n_tokens entries"
     width = max((len(r) for r in rows), default=1) or 1
