@@ -1,0 +1,1 @@
+"""Conformance tests of the batch sanitizer and splitter (spec/batch_sanitizer.md, spec/batch_split.md)."""

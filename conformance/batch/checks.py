@@ -1,0 +1,143 @@
+"""Helpers shared by the batch conformance tests: calling the target and checking ubatches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.fixtures.batch_corpus import CorpusCase, build_batch
+from conformance.strategies.batch import BatchCase
+from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch
+from reference_impl.errors import BatchError
+
+MAX_UBATCHES = 10_000  # a split that never runs dry is a defect, not an endless test
+
+
+def sanitize(target: Any, case: BatchCase | CorpusCase) -> Any:
+    if isinstance(case, CorpusCase):
+        return target.batch_sanitize(build_batch(case), **case.sanitize_kwargs())
+    return target.batch_sanitize(case.batch, **case.kwargs())
+
+
+def outcome(target: Any, case: BatchCase | CorpusCase) -> Any:
+    """The sanitized batch, or the error as ``(code, field, index, seq_id)``."""
+    try:
+        return sanitize(target, case)
+    except BatchError as e:
+        return (e.code, e.field, e.index, e.seq_id)
+
+
+def split(splitter: Any, mode: str, n_ubatch: int, sequential: bool = False, n_keep_tail: int = 0) -> Any:
+    if mode == "simple":
+        return splitter.split_simple(n_ubatch)
+    if mode == "equal":
+        return splitter.split_equal(n_ubatch, sequential, n_keep_tail)
+    return splitter.split_seq(n_ubatch)
+
+
+def split_until_empty(
+    splitter: Any, mode: str, n_ubatch: int, sequential: bool = False, n_keep_tail: int = 0
+) -> list[Any]:
+    """split_reset, then ubatches until the first empty one."""
+    splitter.split_reset()
+    out = []
+    for _ in range(MAX_UBATCHES):
+        ub = split(splitter, mode, n_ubatch, sequential, n_keep_tail)
+        if ub.n_tokens == 0:
+            return out
+        out.append(ub)
+    raise AssertionError(f"split_{mode}({n_ubatch}) never returned an empty ubatch")
+
+
+def pos0(sb: Any) -> np.ndarray:
+    pos = np.asarray(sb.batch.pos)
+    return pos if pos.ndim == 1 else pos[0]
+
+
+def token_seqs(sb: Any) -> list[tuple[int, ...]]:
+    b = sb.batch
+    return [tuple(int(s) for s in b.seq_id[i, : int(b.n_seq_id[i])]) for i in range(sb.n_tokens)]
+
+
+def ubatch_seqs(ub: Any, i: int) -> tuple[int, ...]:
+    return tuple(int(s) for s in ub.seq_id[i, : int(ub.n_seq_id[i])])
+
+
+def check_ubatch(ub: Any, sb: Any) -> None:
+    """SPL-002/003/004: the structure and contents of one non-empty ubatch."""
+    b: Batch = sb.batch
+    n = ub.n_tokens
+    assert n >= 1
+    assert ub.n_seq_tokens * ub.n_seqs == n, (ub.n_seq_tokens, ub.n_seqs, n)
+    assert ub.n_pos == sb.n_pos
+    idxs = np.asarray(ub.idxs)
+    assert idxs.shape == (n,)
+    # contents copied from the batch
+    if b.token is None:
+        assert ub.token is None
+    else:
+        assert np.array_equal(ub.token, np.asarray(b.token)[idxs])
+    if b.embd is None:
+        assert ub.embd is None
+    else:
+        assert np.array_equal(np.asarray(ub.embd).reshape(n, -1), np.asarray(b.embd)[idxs])
+    assert np.array_equal(np.asarray(ub.output) != 0, np.asarray(b.logits)[idxs] != 0)
+    seqs = token_seqs(sb)
+    for k in range(n):
+        assert ubatch_seqs(ub, k) == seqs[int(idxs[k])]
+    pos = np.asarray(ub.pos)
+    assert pos.shape == (n * ub.n_pos,)
+    bpos = np.asarray(b.pos)
+    for j in range(ub.n_pos):
+        want = bpos[idxs] if bpos.ndim == 1 else bpos[j, idxs]
+        assert np.array_equal(pos[j * n : (j + 1) * n], want), f"section {j}"
+    # sequence metadata
+    present = sorted({s for k in range(n) for s in ubatch_seqs(ub, k)})
+    assert list(np.asarray(ub.seq_id_unq)) == present
+    assert ub.n_seqs_unq == len(present)
+    seq_idx = np.asarray(ub.seq_idx)
+    assert seq_idx.shape == (LLAMA_MAX_SEQ,)
+    expect = np.full(LLAMA_MAX_SEQ, -1)
+    expect[present] = np.arange(len(present))
+    assert np.array_equal(seq_idx, expect)
+
+
+def summarize_ubatch(ub: Any) -> dict[str, Any]:
+    """A compact, snapshot-friendly view of a ubatch."""
+    return {
+        "n_tokens": ub.n_tokens,
+        "n_seq_tokens": ub.n_seq_tokens,
+        "n_seqs": ub.n_seqs,
+        "n_seqs_unq": ub.n_seqs_unq,
+        "equal_seqs": bool(ub.equal_seqs),
+        "idxs": [int(i) for i in ub.idxs],
+        "pos": [int(p) for p in ub.pos],
+        "seq_id": [list(ubatch_seqs(ub, k)) for k in range(ub.n_tokens)],
+        "seq_id_unq": [int(s) for s in ub.seq_id_unq],
+        "output": [int(o) for o in ub.output],
+    }
+
+
+def input_seqs(batch: Batch) -> list[tuple[int, ...]]:
+    """What a batch's sequence fields mean before sanitizing (defaults, duplicates dropped)."""
+    n = batch.n_tokens
+    if batch.seq_id is None:
+        return [(0,)] * n
+    seq_id = np.asarray(batch.seq_id).reshape(n, -1)
+    counts = np.ones(n, np.int32) if batch.n_seq_id is None else np.asarray(batch.n_seq_id)
+    return [tuple(dict.fromkeys(int(s) for s in seq_id[i, : int(counts[i])])) for i in range(n)]
+
+
+def make_case(
+    batch: Batch, memory: dict[int, tuple[int, int]] | None, like: BatchCase | None = None
+) -> BatchCase:
+    """A BatchCase for ``batch`` on ``memory``; other parameters from ``like`` or defaults."""
+    return BatchCase(
+        batch=batch,
+        memory=memory,
+        n_vocab=like.n_vocab if like else 32,
+        n_seq_max=like.n_seq_max if like else 4,
+        output_all=like.output_all if like else False,
+        n_pos_per_embd=like.n_pos_per_embd if like else 1,
+    )

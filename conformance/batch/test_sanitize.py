@@ -1,0 +1,623 @@
+"""The sanitizer's rules, one invariant at a time (spec/batch_sanitizer.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.batch.checks import input_seqs, make_case, outcome, pos0, sanitize, token_seqs
+from conformance.fixtures.batch_corpus import RangeMemory, case_named
+from conformance.strategies.batch import BatchCase, invalid_cases, valid_cases
+from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch
+from reference_impl.errors import BatchError
+
+pytestmark = pytest.mark.requires("batch.sanitize")
+
+
+def _err(target: Any, batch: Batch, **kw: Any) -> BatchError:
+    kw.setdefault("n_vocab", 32)
+    kw.setdefault("n_seq_max", 4)
+    with pytest.raises(BatchError) as info:
+        target.batch_sanitize(batch, **kw)
+    return info.value
+
+
+def _ok(target: Any, batch: Batch, **kw: Any) -> Any:
+    kw.setdefault("n_vocab", 32)
+    kw.setdefault("n_seq_max", 4)
+    return target.batch_sanitize(batch, **kw)
+
+
+def _code(target: Any, case: BatchCase) -> str | None:
+    out = outcome(target, case)
+    return out[0] if isinstance(out, tuple) else None
+
+
+# ---- SAN-001 / SAN-002 / SAN-003: empty batch, parameters, shapes ------------------------------
+
+
+@pytest.mark.invariant("SAN-001")
+@pytest.mark.parametrize(
+    "batch",
+    [Batch(token=np.zeros(0, np.int32)), Batch(embd=np.zeros((0, 2), np.float32)), Batch()],
+    ids=["tokens", "embd", "nothing"],
+)
+def test_empty_batch_is_rejected(target: Any, batch: Batch) -> None:
+    e = _err(target, batch)
+    assert (e.code, e.field) == ("SAN_EMPTY", "n_tokens")
+
+
+@pytest.mark.invariant("SAN-002")
+@pytest.mark.parametrize("n_seq_max", [0, -1, LLAMA_MAX_SEQ + 1, 1000])
+def test_n_seq_max_range(target: Any, n_seq_max: int) -> None:
+    # reported before any field is read: the logits array is also malformed here
+    bad = Batch(token=np.array([1, 2], np.int32), logits=np.array([1], np.int8))
+    e = _err(target, bad, n_seq_max=n_seq_max)
+    assert (e.code, e.field) == ("SAN_N_SEQ_MAX", "n_seq_max")
+
+
+@pytest.mark.invariant("SAN-002")
+@pytest.mark.parametrize("n_seq_max", [1, LLAMA_MAX_SEQ])
+def test_n_seq_max_bounds_accepted(target: Any, n_seq_max: int) -> None:
+    sb = _ok(target, Batch.get_one([1, 2]), n_seq_max=n_seq_max)
+    assert sb.n_tokens == 2
+
+
+@pytest.mark.invariant("SAN-002")
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [({"n_vocab": -1}, "n_vocab"), ({"n_pos_per_embd": 0}, "n_pos_per_embd"),
+     ({"n_pos_per_embd": 5}, "n_pos_per_embd")],
+)  # fmt: skip
+def test_other_parameters(target: Any, kw: dict[str, int], field: str) -> None:
+    e = _err(target, Batch.get_one([1]), **kw)
+    assert (e.code, e.field) == ("SAN_PARAM", field)
+
+
+@pytest.mark.invariant("SAN-003")
+@given(invalid_cases("SAN_SHAPE"))
+def test_shape_errors(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    assert isinstance(out, tuple) and out[0] == "SAN_SHAPE"
+    assert out[1] in ("logits", "pos", "n_seq_id", "seq_id")
+    assert out[2] is None and out[3] is None
+
+
+@pytest.mark.invariant("SAN-003")
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"token": np.array([1.0, 2.0])}, "token"),
+        ({"token": np.array([[1, 2]], np.int32)}, "token"),
+        ({"token": np.array([1, 2], np.int32), "embd": np.zeros((3, 2), np.float32)}, "embd"),
+        ({"embd": np.zeros((2, 0), np.float32)}, "embd"),
+        ({"token": np.array([1, 2], np.int32), "pos": np.array([[0, 1]], np.int32)}, "pos"),
+        ({"token": np.array([1, 2], np.int32), "pos": np.array([0.0, 1.0])}, "pos"),
+        ({"token": np.array([1, 2], np.int32), "seq_id": np.zeros((2, 0), np.int32)}, "seq_id"),
+        ({"token": np.array([1, 2], np.int32), "logits": np.array([0.5, 1.0])}, "logits"),
+        ({"token": np.array([1, 2], np.int32), "pos": np.array([0, 2**40])}, "pos"),
+    ],
+)
+def test_shape_examples(target: Any, fields: dict[str, Any], field: str) -> None:
+    e = _err(target, Batch(**fields))
+    assert (e.code, e.field) == ("SAN_SHAPE", field)
+
+
+@pytest.mark.invariant("SAN-003")
+def test_mrope_embedding_positions_layouts(target: Any) -> None:
+    embd = np.zeros((2, 3), np.float32)
+    planes = np.array([[10, 11], [5, 6], [7, 8], [0, 0]], np.int32)
+    a = _ok(target, Batch(embd=embd, pos=planes), n_pos_per_embd=4)
+    b = _ok(target, Batch(embd=embd, pos=planes.reshape(-1)), n_pos_per_embd=4)
+    assert np.array_equal(a.batch.pos, planes) and np.array_equal(b.batch.pos, planes)
+    e = _err(target, Batch(embd=embd, pos=planes[0]), n_pos_per_embd=4)
+    assert (e.code, e.field) == ("SAN_SHAPE", "pos")
+
+
+# ---- SAN-004 .. SAN-006: token and sequence ids -----------------------------------------------
+
+
+@pytest.mark.invariant("SAN-004")
+@given(invalid_cases("SAN_TOKEN_RANGE"))
+def test_token_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    token = np.asarray(case.batch.token)
+    first_bad = int(np.flatnonzero((token < 0) | (token >= case.n_vocab))[0])
+    assert outcome(target, case) == ("SAN_TOKEN_RANGE", "token", first_bad, None)
+
+
+@pytest.mark.invariant("SAN-004")
+def test_token_range_bounds(target: Any) -> None:
+    _ok(target, Batch.get_one([0, 31]), n_vocab=32)
+    e = _err(target, Batch.get_one([0, 32]), n_vocab=32)
+    assert (e.code, e.index) == ("SAN_TOKEN_RANGE", 1)
+    # embedding batches are not validated against the vocabulary
+    _ok(target, Batch(embd=np.zeros((2, 4), np.float32)), n_vocab=0)
+
+
+@pytest.mark.invariant("SAN-005")
+@given(invalid_cases("SAN_N_SEQ_ID"))
+def test_n_seq_id_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    b = case.batch
+    assert b.seq_id is not None and b.n_seq_id is not None
+    width = np.asarray(b.seq_id).shape[1]
+    nsid = np.asarray(b.n_seq_id)
+    first_bad = int(np.flatnonzero((nsid < 1) | (nsid > width))[0])
+    assert outcome(target, case) == ("SAN_N_SEQ_ID", "n_seq_id", first_bad, None)
+
+
+@pytest.mark.invariant("SAN-005")
+def test_n_seq_id_without_seq_id(target: Any) -> None:
+    ones = Batch(token=np.array([1, 2], np.int32), n_seq_id=np.array([1, 1], np.int32))
+    sb = _ok(target, ones)
+    assert token_seqs(sb) == [(0,), (0,)]
+    two = Batch(token=np.array([1, 2], np.int32), n_seq_id=np.array([1, 2], np.int32))
+    e = _err(target, two)
+    assert (e.code, e.field, e.index) == ("SAN_N_SEQ_ID", "n_seq_id", 1)
+
+
+@pytest.mark.invariant("SAN-006")
+@given(invalid_cases("SAN_SEQ_ID_RANGE"))
+def test_seq_id_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    b = case.batch
+    assert b.seq_id is not None and b.n_seq_id is not None
+    expect = None
+    for i in range(b.n_tokens):
+        for j in range(int(b.n_seq_id[i])):
+            s = int(b.seq_id[i, j])
+            if not 0 <= s < case.n_seq_max:
+                expect = ("SAN_SEQ_ID_RANGE", "seq_id", i, s)
+                break
+        if expect:
+            break
+    assert outcome(target, case) == expect
+
+
+@pytest.mark.invariant("SAN-006")
+def test_seq_id_bounds_and_padding(target: Any) -> None:
+    e = _err(target, Batch.from_lists([1, 2], pos=[0, 0], seq_ids=[[0], [4]]), n_seq_max=4)
+    assert (e.code, e.index, e.seq_id) == ("SAN_SEQ_ID_RANGE", 1, 4)
+    # entries past n_seq_id[i] are padding and never read
+    seq_id = np.array([[3, 999], [3, -7]], np.int32)
+    sb = _ok(
+        target,
+        Batch(token=np.array([1, 2], np.int32), seq_id=seq_id, n_seq_id=np.array([1, 1], np.int32)),
+    )
+    assert token_seqs(sb) == [(3,), (3,)]
+
+
+# ---- SAN-007: order of the checks ------------------------------------------------------------
+
+
+@pytest.mark.invariant("SAN-007")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "token_checked_before_seq_ids",
+        "seq_checks_in_id_order",
+        "memory_check_before_gap_same_seq",
+        "gap_before_decreasing",
+        "memory_check_before_decreasing",
+        "seq_id_range_auto_pos",
+    ],
+)
+def test_check_order_corpus(target: Any, name: str) -> None:
+    case = case_named(name)
+    exp = case.expected
+    assert outcome(target, case) == (exp.code, exp.field, exp.index, exp.seq_id)  # type: ignore[union-attr]
+
+
+@pytest.mark.invariant("SAN-007")
+def test_check_order_examples(target: Any) -> None:
+    tok = np.array([1, 2, 3, 4], np.int32)
+    # shape before token range; token range before sequence ids
+    e = _err(target, Batch(token=np.array([99, 1], np.int32), logits=np.array([1], np.int8)))
+    assert e.code == "SAN_SHAPE"
+    # sequence ids token by token: n_seq_id of token 1 before the range of token 3
+    seq_id = np.array([[0, 0], [0, 0], [0, 0], [9, 0]], np.int32)
+    e = _err(target, Batch(token=tok, seq_id=seq_id, n_seq_id=np.array([1, 3, 1, 1], np.int32)))
+    assert (e.code, e.index) == ("SAN_N_SEQ_ID", 1)
+    # positions before coupling divergence, divergence before decreasing positions
+    mem = RangeMemory({0: (0, 5), 1: (1, 5)})
+    b = Batch.from_lists([1, 2], pos=[7, 8], seq_ids=[[0, 1], [0, 1]])
+    assert _err(target, b, memory=mem).code == "SAN_POS_MEMORY"
+    b = Batch.from_lists([1, 2, 3], pos=[6, 7, 6], seq_ids=[[0, 1], [0, 1], [0]])
+    assert _err(target, b, memory=mem).code == "SAN_SEQ_DIVERGED"
+    # the lowest token index wins inside one check
+    e = _err(target, Batch.get_one([40, 1, -1]), n_vocab=32)
+    assert e.index == 0
+
+
+# ---- SAN-008 .. SAN-014: defaults ------------------------------------------------------------
+
+
+@pytest.mark.invariant("SAN-008")
+@given(valid_cases())
+def test_default_sequence_ids(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    b = case.batch
+    if b.seq_id is None:
+        assert token_seqs(sb) == [(0,)] * b.n_tokens
+        assert "seq_id" in sb.generated
+    elif b.n_seq_id is None:
+        assert token_seqs(sb) == [(int(b.seq_id[i, 0]),) for i in range(b.n_tokens)]
+
+
+@pytest.mark.invariant("SAN-008")
+def test_seq_id_without_n_seq_id(target: Any) -> None:
+    seq_id = np.array([[2, 0], [2, 1], [2, 3]], np.int32)
+    sb = _ok(target, Batch(token=np.array([1, 2, 3], np.int32), seq_id=seq_id))
+    assert token_seqs(sb) == [(2,), (2,), (2,)]
+    assert list(pos0(sb)) == [0, 1, 2]
+
+
+@pytest.mark.invariant("SAN-009")
+@given(valid_cases())
+def test_duplicate_ids_collapse(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    b = case.batch
+    if b.seq_id is None or b.n_seq_id is None:
+        return
+    for i, got in enumerate(token_seqs(sb)):
+        listed = [int(s) for s in b.seq_id[i, : int(b.n_seq_id[i])]]
+        assert got == tuple(dict.fromkeys(listed))
+
+
+@pytest.mark.invariant("SAN-009")
+def test_duplicate_ids_are_not_coupling(target: Any) -> None:
+    sb = _ok(target, Batch.from_lists([1, 2], seq_ids=[[1, 1], [1, 1]]))
+    assert token_seqs(sb) == [(1,), (1,)]
+    assert not sb.has_cpl and sb.coupled == ()
+    assert list(pos0(sb)) == [0, 1]
+
+
+@pytest.mark.invariant("SAN-010")
+@given(valid_cases())
+def test_generated_positions(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    if case.batch.pos is not None:
+        return
+    assert "pos" in sb.generated
+    assert tuple(int(p) for p in pos0(sb)) == case.pos0
+    # per first sequence: contiguous from the memory's next position, in batch order
+    nxt: dict[int, int] = {}
+    for i, seqs in enumerate(token_seqs(sb)):
+        s = seqs[0]
+        if s not in nxt:
+            nxt[s] = (case.memory or {}).get(s, (-1, -1))[1] + 1
+        assert int(pos0(sb)[i]) == nxt[s]
+        nxt[s] += 1
+
+
+@pytest.mark.invariant("SAN-010")
+@pytest.mark.parametrize(
+    "name",
+    ["get_one_defaults", "get_one_after_memory", "auto_pos_per_seq", "auto_pos_coupled_first_seq_only",
+     "seqs_out_of_id_order", "many_seqs_unified"],
+)  # fmt: skip
+def test_generated_positions_corpus(target: Any, name: str) -> None:
+    case = case_named(name)
+    sb = sanitize(target, case)
+    assert tuple(int(p) for p in pos0(sb)) == case.expected.pos  # type: ignore[union-attr]
+
+
+@pytest.mark.invariant("SAN-011")
+def test_generated_positions_are_validated(target: Any) -> None:
+    case = case_named("auto_pos_coupled_rejected")
+    assert outcome(target, case) == ("SAN_POS_DECREASING", "pos", 2, 1)
+
+
+@pytest.mark.invariant("SAN-012")
+def test_mrope_generated_positions(target: Any) -> None:
+    mem = RangeMemory({0: (0, 4)})
+    sb = _ok(target, Batch(embd=np.zeros((3, 2), np.float32)), n_pos_per_embd=4, memory=mem)
+    assert np.array_equal(sb.batch.pos, [[5, 6, 7], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    sb = _ok(target, Batch.get_one([1, 2, 3]), n_pos_per_embd=4, memory=mem)
+    assert np.array_equal(sb.batch.pos, [5, 6, 7])
+
+
+@pytest.mark.invariant("SAN-013")
+@given(valid_cases())
+def test_default_outputs(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    if case.batch.logits is not None:
+        return
+    n = case.batch.n_tokens
+    want = [1] * n if case.output_all else [0] * (n - 1) + [1]
+    assert [int(v) for v in sb.batch.logits] == want
+    assert sb.n_outputs == sum(want)
+
+
+@pytest.mark.invariant("SAN-014")
+@given(valid_cases())
+def test_given_outputs(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    if case.batch.logits is None:
+        return
+    given_flags = [1 if v != 0 else 0 for v in np.asarray(case.batch.logits)]
+    override = case.output_all and 0 in given_flags
+    want = [1] * len(given_flags) if override else given_flags
+    assert [int(v) for v in sb.batch.logits] == want
+    assert sb.outputs_overridden == override
+    assert sb.n_outputs == sum(want)
+
+
+@pytest.mark.invariant("SAN-014")
+def test_output_override_example(target: Any) -> None:
+    flags = np.array([0, 5, -1, 0], np.int8)
+    sb = _ok(target, Batch(token=np.array([1, 2, 3, 4], np.int32), logits=flags))
+    assert [int(v) for v in sb.batch.logits] == [0, 1, 1, 0] and sb.n_outputs == 2
+    sb = _ok(target, Batch(token=np.array([1, 2, 3, 4], np.int32), logits=flags), output_all=True)
+    assert [int(v) for v in sb.batch.logits] == [1, 1, 1, 1] and sb.outputs_overridden
+
+
+# ---- SAN-015 .. SAN-021: positions -----------------------------------------------------------
+
+
+@pytest.mark.invariant("SAN-015")
+@given(invalid_cases("SAN_POS_MEMORY").filter(lambda c: c[0].n_pos_per_embd == 1))
+def test_memory_continuation(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    assert isinstance(out, tuple) and out[:2] == ("SAN_POS_MEMORY", "pos")
+    s, i = out[3], out[2]
+    assert case.memory is not None and s in case.memory
+    seqs = input_seqs(case.batch)
+    mine = [k for k in range(case.batch.n_tokens) if s in seqs[k]]
+    lo = min(case.pos0[k] for k in mine)
+    assert lo != case.memory[s][1] + 1
+    assert i == next(k for k in mine if case.pos0[k] == lo)
+
+
+@pytest.mark.invariant("SAN-015")
+@pytest.mark.parametrize(
+    ("pos", "code"), [([10, 11], None), ([11, 12], "SAN_POS_MEMORY"), ([9, 10], "SAN_POS_MEMORY")]
+)
+def test_memory_continuation_examples(target: Any, pos: list[int], code: str | None) -> None:
+    batch = Batch.from_lists([1, 2], pos=pos)
+    out = outcome(target, make_case(batch, {0: (0, 9)}))
+    assert (out[0] if isinstance(out, tuple) else None) == code
+    # an empty sequence, or no memory at all, accepts any start
+    assert not isinstance(outcome(target, make_case(batch, {1: (0, 9)})), tuple)
+    assert not isinstance(outcome(target, make_case(batch, None)), tuple)
+
+
+@pytest.mark.invariant("SAN-016")
+@given(invalid_cases("SAN_POS_GAP"))
+def test_continuity(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    # the generator appends one token past a gap at the end of the batch
+    last_seq = int(np.asarray(case.batch.seq_id)[-1, 0])
+    assert out == ("SAN_POS_GAP", "pos", case.batch.n_tokens - 1, last_seq)
+
+
+@pytest.mark.invariant("SAN-016")
+def test_continuity_examples(target: Any) -> None:
+    e = _err(target, Batch.from_lists([1, 2, 3], pos=[0, 1, 3]))
+    assert (e.code, e.index, e.seq_id) == ("SAN_POS_GAP", 2, 0)
+    _ok(target, Batch.from_lists([1, 2, 3], pos=[0, 0, 1]))
+    _ok(target, Batch.from_lists([1, 2, 3, 4], pos=[5, 5, 6, 6]))
+    e = _err(target, Batch.from_lists([1, 2, 3], pos=[0, 3, 1]))
+    assert (e.code, e.index) == ("SAN_POS_GAP", 1)
+
+
+@pytest.mark.invariant("SAN-017")
+@given(invalid_cases("SAN_POS_MEMORY").filter(lambda c: c[0].n_pos_per_embd > 1))
+def test_mrope_memory_rule(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    assert isinstance(out, tuple) and out[:2] == ("SAN_POS_MEMORY", "pos")
+
+
+@pytest.mark.invariant("SAN-017")
+def test_mrope_examples(target: Any) -> None:
+    mem = RangeMemory({0: (0, 9)})
+    kw = {"n_pos_per_embd": 4, "memory": mem}
+    _ok(target, Batch.from_lists([1, 2], pos=[15, 20]), **kw)  # forward jumps, no continuity
+    _ok(target, Batch.from_lists([1, 2], pos=[10, 30]), **kw)
+    assert _err(target, Batch.from_lists([1, 2], pos=[9, 10]), **kw).code == "SAN_POS_MEMORY"
+    emb = np.zeros((1, 2), np.float32)
+
+    def embd_at(p: int) -> Batch:
+        return Batch(embd=emb, pos=np.array([[p], [1], [1], [0]], np.int32))
+
+    _ok(target, embd_at(15), **kw)
+    _ok(target, embd_at(9), **kw)  # one overlapping position is allowed for embeddings
+    e = _err(target, embd_at(8), **kw)
+    assert (e.code, e.index, e.seq_id) == ("SAN_POS_MEMORY", 0, 0)
+
+
+@pytest.mark.invariant("SAN-018")
+@given(invalid_cases("SAN_SEQ_DIVERGED"))
+def test_coupled_memory(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    assert isinstance(out, tuple) and out[:2] == ("SAN_SEQ_DIVERGED", "seq_id")
+    # without a memory there is nothing to diverge from
+    assert not isinstance(outcome(target, make_case(case.batch, None, case)), tuple)
+
+
+@pytest.mark.invariant("SAN-018")
+def test_coupled_memory_examples(target: Any) -> None:
+    b = Batch.from_lists([1], pos=[6], seq_ids=[[0, 1]])
+    e = _err(target, b, memory=RangeMemory({0: (0, 5), 1: (2, 5)}))
+    assert (e.code, e.index, e.seq_id) == ("SAN_SEQ_DIVERGED", 0, 1)
+    _ok(target, b, memory=RangeMemory({0: (0, 5), 1: (0, 5)}))
+
+
+@pytest.mark.invariant("SAN-019")
+@given(invalid_cases("SAN_POS_DECREASING"))
+def test_decreasing(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, _ = case_code
+    out = outcome(target, case)
+    # the generator appends one token that goes back in its sequence
+    assert isinstance(out, tuple)
+    assert out[:3] == ("SAN_POS_DECREASING", "pos", case.batch.n_tokens - 1)
+    assert out[3] == int(np.asarray(case.batch.seq_id)[-1, 0])
+
+
+@pytest.mark.invariant("SAN-019")
+def test_decreasing_examples(target: Any) -> None:
+    case = case_named("pos_decreasing_interleaved")
+    assert outcome(target, case) == ("SAN_POS_DECREASING", "pos", 6, 0)
+    _ok(target, Batch.from_lists([1, 2, 3], pos=[4, 4, 5]))
+    e = _err(target, Batch.from_lists([1, 2, 3], pos=[5, 9, 7]), n_pos_per_embd=4)
+    assert (e.code, e.index) == ("SAN_POS_DECREASING", 2)
+
+
+@pytest.mark.invariant("SAN-020")
+def test_incompatible_sets_are_accepted(target: Any) -> None:
+    b = Batch.from_lists([1, 2, 3], pos=[0, 1, 1], seq_ids=[[0, 1, 2], [0, 1], [1, 2]])
+    sb = _ok(target, b)
+    assert token_seqs(sb) == [(0, 1, 2), (0, 1), (1, 2)]
+    assert sb.has_cpl
+
+
+@pytest.mark.invariant("SAN-021")
+def test_positions_not_range_checked(target: Any) -> None:
+    sb = _ok(target, Batch.from_lists([1, 2, 3], pos=[-3, -2, -1]))
+    assert list(pos0(sb)) == [-3, -2, -1]
+    sb = _ok(target, Batch.from_lists([1, 2], pos=[10_000, 10_001]))
+    assert sb.seq_pos_min(0) == 10_000
+
+
+# ---- SAN-022 .. SAN-026: properties ----------------------------------------------------------
+
+
+class _RecordingMemory(RangeMemory):
+    """Records every method called on it."""
+
+    def __init__(self, ranges: Any) -> None:
+        super().__init__(ranges)
+        self.calls: list[str] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("_") and name not in ("calls", "ranges"):
+            object.__getattribute__(self, "calls").append(name)
+        return object.__getattribute__(self, name)
+
+
+def _snapshot(b: Batch) -> dict[str, Any]:
+    return {
+        k: None if getattr(b, k) is None else np.array(getattr(b, k), copy=True)
+        for k in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits")
+    }
+
+
+@pytest.mark.invariant("SAN-022")
+@given(st.one_of(valid_cases(), invalid_cases().map(lambda t: t[0])))
+def test_inputs_never_modified(target: Any, case: BatchCase) -> None:
+    before = _snapshot(case.batch)
+    mem = _RecordingMemory(dict(case.memory or {}))
+    mem_before = dict(mem.ranges)
+    kw = case.kwargs()
+    kw["memory"] = mem if case.memory is not None else None
+    try:
+        sb = target.batch_sanitize(case.batch, **kw)
+    except BatchError:
+        sb = None
+    after = _snapshot(case.batch)
+    for k, v in before.items():
+        w = after[k]
+        assert (v is None and w is None) or (
+            v is not None and w is not None and v.dtype == w.dtype and np.array_equal(v, w)
+        ), k
+    assert mem.ranges == mem_before
+    assert set(mem.calls) <= {"seq_pos_min", "seq_pos_max"}
+    if sb is not None:
+        for k in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits"):
+            src, out = getattr(case.batch, k), getattr(sb.batch, k)
+            if src is not None and out is not None:
+                assert not np.shares_memory(np.asarray(src), np.asarray(out)), k
+
+
+@pytest.mark.invariant("SAN-023")
+@given(valid_cases())
+def test_deterministic_and_idempotent(target: Any, case: BatchCase) -> None:
+    a = sanitize(target, case)
+    b = sanitize(target, case)
+    again = target.batch_sanitize(a.batch, **case.kwargs())
+    for other in (b, again):
+        for k in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits"):
+            x, y = getattr(a.batch, k), getattr(other.batch, k)
+            assert (x is None and y is None) or np.array_equal(x, y), k
+        assert other.n_outputs == a.n_outputs
+        assert np.array_equal(other.seq_id_unq, a.seq_id_unq)
+        assert other.coupled == a.coupled and other.has_cpl == a.has_cpl
+        for s in a.seq_id_unq:
+            assert other.seq_pos_min(int(s)) == a.seq_pos_min(int(s))
+            assert other.seq_pos_max(int(s)) == a.seq_pos_max(int(s))
+
+
+@pytest.mark.invariant("SAN-024")
+@given(valid_cases())
+def test_derived_stats(target: Any, case: BatchCase) -> None:
+    sb = sanitize(target, case)
+    p = pos0(sb)
+    per_seq: dict[int, list[int]] = {}
+    coupled: set[tuple[int, int]] = set()
+    for i, seqs in enumerate(token_seqs(sb)):
+        for j, s in enumerate(seqs):
+            per_seq.setdefault(s, []).append(int(p[i]))
+            if j > 0:
+                coupled.add((s, seqs[0]))
+    assert [int(s) for s in sb.seq_id_unq] == sorted(per_seq)
+    for s in range(LLAMA_MAX_SEQ):
+        if s in per_seq:
+            assert (sb.seq_pos_min(s), sb.seq_pos_max(s)) == (min(per_seq[s]), max(per_seq[s]))
+            assert int(sb.seq_idx[s]) == sorted(per_seq).index(s)
+        else:
+            assert (sb.seq_pos_min(s), sb.seq_pos_max(s), int(sb.seq_idx[s])) == (-1, -1, -1)
+    assert set(sb.coupled) == coupled and sb.has_cpl == bool(coupled)
+    assert sb.n_tokens == case.batch.n_tokens
+
+
+@pytest.mark.invariant("SAN-025")
+def test_token_and_embd_batch(target: Any) -> None:
+    embd = np.arange(4, dtype=np.float32).reshape(2, 2)
+    b = Batch(token=np.array([3, 4], np.int32), embd=embd, pos=np.array([3, 4], np.int32))
+    sb = _ok(target, b, n_pos_per_embd=4)
+    assert np.array_equal(sb.batch.token, [3, 4]) and np.array_equal(sb.batch.embd, embd)
+    assert np.array_equal(sb.batch.pos, [3, 4])  # one plane: token rules
+    bad = Batch(token=np.array([3, 40], np.int32), embd=embd)
+    assert _err(target, bad).code == "SAN_TOKEN_RANGE"
+
+
+CODE_TABLE = {
+    "SAN_EMPTY": ("n_tokens", False, False),
+    "SAN_N_SEQ_MAX": ("n_seq_max", False, False),
+    "SAN_SHAPE": (None, False, False),
+    "SAN_TOKEN_RANGE": ("token", True, False),
+    "SAN_N_SEQ_ID": ("n_seq_id", True, False),
+    "SAN_SEQ_ID_RANGE": ("seq_id", True, True),
+    "SAN_POS_MEMORY": ("pos", True, True),
+    "SAN_POS_GAP": ("pos", True, True),
+    "SAN_SEQ_DIVERGED": ("seq_id", True, True),
+    "SAN_POS_DECREASING": ("pos", True, True),
+}
+
+
+@pytest.mark.invariant("SAN-026")
+@given(invalid_cases())
+def test_error_records(target: Any, case_code: tuple[BatchCase, str]) -> None:
+    case, code = case_code
+    try:
+        sanitize(target, case)
+    except BatchError as e:
+        assert e.code == code
+        field, has_index, has_seq = CODE_TABLE[code]
+        assert e.field is not None and (field is None or e.field == field)
+        assert (e.index is not None) == has_index and (e.seq_id is not None) == has_seq
+        if has_index:
+            assert 0 <= e.index < case.batch.n_tokens  # type: ignore[operator]
+        assert e.message and code in str(e)
+    else:
+        raise AssertionError(f"accepted a batch breaking {code}")
