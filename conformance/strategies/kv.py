@@ -501,3 +501,97 @@ def state_tuple(state: object) -> tuple[object, ...]:
         for s in state.streams  # type: ignore[attr-defined]
     )
     return (streams, tuple(tuple(p) for p in state.pending_copies))  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- memory doubles
+
+
+class RecordingSplitter:
+    """Wraps a batch splitter and logs every split call as ``(method, args...)``."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls: list[tuple[object, ...]] = []
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.inner.n_tokens)  # type: ignore[attr-defined]
+
+    @property
+    def n_used(self) -> int:
+        return int(self.inner.n_used)  # type: ignore[attr-defined]
+
+    def split_reset(self) -> None:
+        self.calls.append(("split_reset",))
+        self.inner.split_reset()  # type: ignore[attr-defined]
+
+    def split_simple(self, n_ubatch: int) -> UBatch:
+        self.calls.append(("split_simple", n_ubatch))
+        return self.inner.split_simple(n_ubatch)  # type: ignore[attr-defined]
+
+    def split_equal(self, n_ubatch: int, sequential: bool, n_keep_tail: int = 0) -> UBatch:
+        self.calls.append(("split_equal", n_ubatch, sequential, n_keep_tail))
+        return self.inner.split_equal(n_ubatch, sequential, n_keep_tail)  # type: ignore[attr-defined]
+
+    def split_seq(self, n_ubatch: int) -> UBatch:
+        self.calls.append(("split_seq", n_ubatch))
+        return self.inner.split_seq(n_ubatch)  # type: ignore[attr-defined]
+
+    def methods(self) -> list[tuple[object, ...]]:
+        """Distinct split calls, in first-use order (resets dropped)."""
+        out: list[tuple[object, ...]] = []
+        for c in self.calls:
+            if c[0] != "split_reset" and c not in out:
+                out.append(c)
+        return out
+
+
+class ScriptedContext:
+    def __init__(self, memory: ScriptedMemory, status: int, what: str) -> None:
+        self.memory = memory
+        self.status = status
+        self.what = what
+        self.ubatches: list[UBatch] = []
+
+    def get_status(self) -> int:
+        return self.status
+
+    def apply(self) -> bool:
+        self.memory.log.append(("apply", self.what))
+        return True
+
+    def next(self) -> bool:
+        return False
+
+
+class ScriptedMemory:
+    """A memory whose statuses follow a script, logging every call the coordinator makes.
+
+    ``batch`` lists the statuses of successive ``init_batch`` calls (the last one repeats);
+    ``update(optimize)`` gives the status of an ``init_update``.
+    """
+
+    def __init__(self, batch: Sequence[int], update: dict[bool, int] | None = None) -> None:
+        self.batch = list(batch)
+        self.update = {False: 1, True: 1} if update is None else dict(update)
+        self.log: list[tuple[object, ...]] = []
+        self.n_batch = 0
+
+    def init_batch(
+        self, splitter: object, n_ubatch: int, embd_all: bool = False
+    ) -> ScriptedContext:
+        self.log.append(("init_batch", n_ubatch, embd_all))
+        st = self.batch[min(self.n_batch, len(self.batch) - 1)]
+        self.n_batch += 1
+        return ScriptedContext(self, st, "batch")
+
+    def init_update(self, optimize: bool = False) -> ScriptedContext:
+        self.log.append(("init_update", optimize))
+        return ScriptedContext(self, self.update[optimize], f"update({optimize})")
+
+    def init_full(self) -> ScriptedContext:
+        return ScriptedContext(self, 0, "full")
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        self.log.append(("seq_rm", seq_id, p0, p1))
+        return True

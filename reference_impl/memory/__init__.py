@@ -1,7 +1,7 @@
 """Memories and the memory side of decode: statuses, contexts, the KV / iSWA / recurrent /
 hybrid memories and the coordinator (update, init_batch with one-shot retry, rollback)."""
 
-from reference_impl.memory.base import MemoryContext, SplitChoice, split_choice
+from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.coordinator import BatchPlan, MemoryCoordinator, make_memory
 from reference_impl.memory.status import ComputeStatus, MemoryStatus, status_combine, status_is_fail
 
@@ -11,9 +11,8 @@ __all__ = [
     "MemoryContext",
     "MemoryCoordinator",
     "MemoryStatus",
-    "SplitChoice",
     "make_memory",
-    "split_choice",
+    "plan_batch",
     "status_combine",
     "status_is_fail",
 ]

@@ -53,18 +53,19 @@ class MemoryCoordinator:
 
     def prepare_batch(self, splitter: Any, n_ubatch: int, output_all: bool = False) -> BatchPlan:
         updates = [(False, self.update(False))]
-        did_optimize = False
+        n_failed = 0
         retried = False
         while True:
             ctx = self.memory.init_batch(splitter, n_ubatch, output_all)
             st = MemoryStatus(ctx.get_status())
-            if st == MemoryStatus.FAILED_PREPARE and retry_after_optimize(did_optimize):
-                did_optimize = True
-                applied = self.update(True)
-                updates.append((True, applied))
-                if applied:
-                    retried = True
-                    continue
+            if st == MemoryStatus.FAILED_PREPARE:
+                n_failed += 1
+                if retry_after_optimize(n_failed):
+                    applied = self.update(True)
+                    updates.append((True, applied))
+                    if applied:
+                        retried = True
+                        continue
             code = mstatus.init_batch_decode_code(st)
             return BatchPlan(
                 code=code,
@@ -87,9 +88,10 @@ class MemoryCoordinator:
         return mstatus.ubatch_failure_decode_code(status)
 
 
-def retry_after_optimize(did_optimize: bool) -> bool:
-    """A failed prepare may be retried once, after an optimizing update."""
-    return not did_optimize
+def retry_after_optimize(n_failed: int) -> bool:
+    """Only the first failed prepare of a batch earns an optimizing update (and, if that
+    update did something, a retry)."""
+    return n_failed == 1
 
 
 def rollback_positions(ubatch: UBatch) -> dict[int, int]:
@@ -111,19 +113,24 @@ def make_memory(kind: str, config: KVCacheConfig | None = None, **options: Any) 
     from reference_impl.memory.recurrent import RecurrentMemory
 
     k_shift_fn: KShiftFn | None = options.pop("k_shift_fn", None)
+    memory: Any
     if kind == "recurrent":
-        return RecurrentMemory(options.pop("n_seq_max", 1), options.pop("n_rs_seq", 0))
-    if config is None:
+        memory = RecurrentMemory(options.pop("n_seq_max", 1), options.pop("n_rs_seq", 0))
+    elif config is None:
         raise ValueError(f"a {kind!r} memory needs a KVCacheConfig")
-    if kind == "kv":
-        return KVMemory(config, k_shift_fn)
-    if kind == "iswa":
-        return ISWAMemory(
+    elif kind == "kv":
+        memory = KVMemory(config, k_shift_fn)
+    elif kind == "iswa":
+        memory = ISWAMemory(
             config,
             n_ubatch=options.pop("n_ubatch", 512),
             swa_full=options.pop("swa_full", True),
             k_shift_fn=k_shift_fn,
         )
-    if kind == "hybrid":
-        return HybridMemory(config, n_rs_seq=options.pop("n_rs_seq", 0), k_shift_fn=k_shift_fn)
-    raise ValueError(f"unknown memory kind {kind!r}")
+    elif kind == "hybrid":
+        memory = HybridMemory(config, n_rs_seq=options.pop("n_rs_seq", 0), k_shift_fn=k_shift_fn)
+    else:
+        raise ValueError(f"unknown memory kind {kind!r}")
+    if options:
+        raise ValueError(f"unknown options for a {kind!r} memory: {', '.join(sorted(options))}")
+    return memory

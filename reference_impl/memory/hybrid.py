@@ -4,9 +4,10 @@ first because it is the one that can refuse, and then leaves the attention part 
 
 from __future__ import annotations
 
+from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.kv.cache import KShiftFn, KVCacheConfig
-from reference_impl.memory.base import MemoryContext, first_success, split_choice
+from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.kv import KVBatchContext, KVMemory, PairContext
 from reference_impl.memory.recurrent import RecurrentBatchContext, RecurrentMemory
 from reference_impl.memory.status import MemoryStatus
@@ -37,15 +38,11 @@ class HybridMemory:
         self.mem_recr = RecurrentMemory(attn.n_seq_max, n_rs_seq)
         self.n_rs_seq = n_rs_seq
 
-    def init_batch(self, splitter: object, n_ubatch: int, embd_all: bool = False) -> MemoryContext:
-        attempts = split_choice(
-            "hybrid",
-            unified=self.mem_attn.n_stream == 1,
-            embd_all=embd_all,
-            n_rs_seq=self.n_rs_seq,
-        )
-
-        def plan(ubatches: list[UBatch]) -> MemoryContext | None:
+    def init_batch(
+        self, splitter: Splitter, n_ubatch: int, embd_all: bool = False
+    ) -> MemoryContext:
+        def place(ubatches: list[UBatch]) -> MemoryContext | None:
+            # The recurrent part first: it is the one that can refuse a split.
             if not self.mem_recr.prepare(ubatches):
                 return None
             sinfos = self.mem_attn.prepare(ubatches)
@@ -56,7 +53,15 @@ class HybridMemory:
                 RecurrentBatchContext(self.mem_recr, ubatches),
             )
 
-        return first_success(attempts, splitter, n_ubatch, plan)
+        return plan_batch(
+            "hybrid",
+            splitter,
+            n_ubatch,
+            place,
+            unified=self.mem_attn.n_stream == 1,
+            embd_all=embd_all,
+            n_rs_seq=self.n_rs_seq,
+        )
 
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return PairContext(self.mem_attn.init_update(optimize), self.mem_recr.init_update(optimize))

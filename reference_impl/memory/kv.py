@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.kv.cache import KShiftFn, KVCache, KVCacheConfig, SlotInfo, UpdateResult
 from reference_impl.kv.cells import CellJournal
 from reference_impl.kv.swa import SWAType
-from reference_impl.memory.base import MemoryContext, first_success, split_choice
+from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.status import MemoryStatus, status_combine
 
 
@@ -73,14 +74,16 @@ class KVMemory(KVCache):
         super().__init__(config)
         self.k_shift_fn = k_shift_fn
 
-    def init_batch(self, splitter: object, n_ubatch: int, embd_all: bool = False) -> MemoryContext:
-        attempts = split_choice("kv", unified=self.n_stream == 1, embd_all=embd_all)
-
-        def plan(ubatches: list[UBatch]) -> MemoryContext | None:
+    def init_batch(
+        self, splitter: Splitter, n_ubatch: int, embd_all: bool = False
+    ) -> MemoryContext:
+        def place(ubatches: list[UBatch]) -> MemoryContext | None:
             sinfos = self.prepare(ubatches)
             return None if sinfos is None else KVBatchContext(self, sinfos, ubatches)
 
-        return first_success(attempts, splitter, n_ubatch, plan)
+        return plan_batch(
+            "kv", splitter, n_ubatch, place, unified=self.n_stream == 1, embd_all=embd_all
+        )
 
     def init_update(self, optimize: bool = False) -> MemoryContext:
         # llama.cpp's KV cache has nothing to optimize (defragmentation was removed).
@@ -148,10 +151,10 @@ class ISWAMemory:
         self.swa = KVMemory(_replace(config, kv_size=size_swa), k_shift_fn)
         self.n_stream = self.base.n_stream
 
-    def init_batch(self, splitter: object, n_ubatch: int, embd_all: bool = False) -> MemoryContext:
-        attempts = split_choice("iswa", unified=self.n_stream == 1, embd_all=embd_all)
-
-        def plan(ubatches: list[UBatch]) -> MemoryContext | None:
+    def init_batch(
+        self, splitter: Splitter, n_ubatch: int, embd_all: bool = False
+    ) -> MemoryContext:
+        def place(ubatches: list[UBatch]) -> MemoryContext | None:
             sinfos_base = self.base.prepare(ubatches)
             if sinfos_base is None:
                 return None
@@ -160,7 +163,9 @@ class ISWAMemory:
                 return None
             return ISWABatchContext(self.base, self.swa, sinfos_base, sinfos_swa, ubatches)
 
-        return first_success(attempts, splitter, n_ubatch, plan)
+        return plan_batch(
+            "iswa", splitter, n_ubatch, place, unified=self.n_stream == 1, embd_all=embd_all
+        )
 
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return PairContext(self.base.init_update(optimize), self.swa.init_update(optimize))

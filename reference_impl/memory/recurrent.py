@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.errors import KVCacheError
 from reference_impl.kv.cache import INT32_MAX
@@ -23,8 +24,7 @@ from reference_impl.memory.base import (
     FailedContext,
     MemoryContext,
     NoUpdateContext,
-    first_success,
-    split_choice,
+    plan_batch,
 )
 from reference_impl.memory.status import MemoryStatus
 
@@ -306,15 +306,21 @@ class RecurrentMemory:
 
     # ------------------------------------------------------------------ contexts
 
-    def init_batch(self, splitter: object, n_ubatch: int, embd_all: bool = False) -> MemoryContext:
-        attempts = split_choice(
-            "recurrent", unified=True, embd_all=embd_all, n_rs_seq=self.n_rs_seq
-        )
-
-        def plan(ubatches: list[UBatch]) -> MemoryContext | None:
+    def init_batch(
+        self, splitter: Splitter, n_ubatch: int, embd_all: bool = False
+    ) -> MemoryContext:
+        def place(ubatches: list[UBatch]) -> MemoryContext | None:
             return RecurrentBatchContext(self, ubatches) if self.prepare(ubatches) else None
 
-        return first_success(attempts, splitter, n_ubatch, plan)
+        return plan_batch(
+            "recurrent",
+            splitter,
+            n_ubatch,
+            place,
+            unified=True,
+            embd_all=embd_all,
+            n_rs_seq=self.n_rs_seq,
+        )
 
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return NoUpdateContext()
