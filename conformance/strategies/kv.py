@@ -7,14 +7,22 @@
   ``llama_decode`` + ``llama_memory_seq_*`` (a :class:`Decode` is one single-ubatch decode).
 * :class:`ModelCache` is the brute-force oracle: a list of cells per stream and nothing else;
   every rule is re-derived there from the spec text, independent of ``reference_impl``.
+* :func:`op_sequences` draws operation sequences that llama.cpp's public API accepts as they
+  are (for the differential session: ``Decode`` -> one ``llama_decode`` of those tokens with
+  ``n_ubatch >= n_tokens``; ``SeqRm``/``SeqCp``/... -> ``llama_memory_seq_*``; ``Clear`` ->
+  ``llama_memory_clear``); :func:`replay` runs them on a ``kv.cache`` handle and returns the
+  observations (decode accepted?, ``seq_pos_min``/``seq_pos_max`` per sequence) that a
+  llama.cpp replayer reports the same way, and :func:`model_observations` gives the oracle's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
 
 from reference_impl.batch.types import LLAMA_MAX_SEQ, UBatch
 
@@ -230,8 +238,8 @@ class ModelCache:
     def copy(self) -> ModelCache:
         m = ModelCache(self.cfg)
         m.cells = [
-            [None if c is None else MCell(c.pos, set(c.seqs), c.rope_pos, c.ext) for c in st]
-            for st in self.cells
+            [None if c is None else MCell(c.pos, set(c.seqs), c.rope_pos, c.ext) for c in t]
+            for t in self.cells
         ]
         m.heads = list(self.heads)
         m.has_shift = list(self.has_shift)
@@ -241,8 +249,8 @@ class ModelCache:
     # -- queries
 
     def positions(self, s: int) -> list[int]:
-        st = self.cells[self.cfg.stream_of(s)]
-        return [c.pos for c in st if c is not None and s in c.seqs]
+        t = self.cells[self.cfg.stream_of(s)]
+        return [c.pos for c in t if c is not None and s in c.seqs]
 
     def seq_pos_min(self, s: int) -> int:
         ps = self.positions(s)
@@ -261,8 +269,8 @@ class ModelCache:
 
     def n_kv(self, streams: Sequence[int]) -> int:
         best = 0
-        for st in streams:
-            n = self.used_max_p1(st)
+        for t in streams:
+            n = self.used_max_p1(t)
             padded = 256 * ((n + 255) // 256)
             best = max(best, min(self.cfg.kv_size, max(256, padded)))
         return best
@@ -270,16 +278,16 @@ class ModelCache:
     def state(self) -> tuple[object, ...]:
         """Same layout as reference_impl.kv.KVState, as plain tuples."""
         streams = []
-        for st, cells in enumerate(self.cells):
+        for t, cells in enumerate(self.cells):
             streams.append(
                 (
                     tuple(-1 if c is None else c.pos for c in cells),
                     tuple(() if c is None else tuple(sorted(c.seqs)) for c in cells),
                     tuple(0 if c is None else c.pos - c.rope_pos for c in cells),
                     tuple((0, 0) if c is None else c.ext for c in cells),
-                    self.heads[st],
-                    self.used(st),
-                    self.has_shift[st],
+                    self.heads[t],
+                    self.used(t),
+                    self.has_shift[t],
                 )
             )
         return (tuple(streams), tuple(self.pending))
@@ -352,9 +360,9 @@ class ModelCache:
     def seq_rm(self, s: int, p0: int, p1: int) -> bool:
         p0, p1 = self._norm(p0, p1)
         streams = range(self.cfg.n_stream) if s == -1 else [self.cfg.stream_of(s)]
-        for st in streams:
+        for t in streams:
             freed = []
-            for i, c in enumerate(self.cells[st]):
+            for i, c in enumerate(self.cells[t]):
                 if c is None or not p0 <= c.pos < p1:
                     continue
                 if s == -1:
@@ -362,9 +370,9 @@ class ModelCache:
                 else:
                     c.seqs.discard(s)
                 if not c.seqs:
-                    self.cells[st][i] = None
+                    self.cells[t][i] = None
                     freed.append(i)
-            self._free(st, freed)
+            self._free(t, freed)
         return True
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
@@ -390,48 +398,48 @@ class ModelCache:
         self.heads[s1] = self.heads[s0]
 
     def seq_keep(self, s: int) -> None:
-        st = self.cfg.stream_of(s)
+        t = self.cfg.stream_of(s)
         freed = []
-        for i, c in enumerate(self.cells[st]):
+        for i, c in enumerate(self.cells[t]):
             if c is None:
                 continue
             if s in c.seqs:
                 c.seqs = {s}
             else:
-                self.cells[st][i] = None
+                self.cells[t][i] = None
                 freed.append(i)
-        self._free(st, freed)
+        self._free(t, freed)
 
     def seq_add(self, s: int, p0: int, p1: int, delta: int) -> None:
         p0, p1 = self._norm(p0, p1)
         if delta == 0 or p0 >= p1:
             return
-        st = self.cfg.stream_of(s)
+        t = self.cfg.stream_of(s)
         freed = []
-        for i, c in enumerate(self.cells[st]):
+        for i, c in enumerate(self.cells[t]):
             if c is not None and s in c.seqs and p0 <= c.pos < p1:
-                self.has_shift[st] = True
+                self.has_shift[t] = True
                 c.pos += delta
                 if c.pos < 0:
-                    self.cells[st][i] = None
+                    self.cells[t][i] = None
                     freed.append(i)
-        self.heads[st] = min(freed) if freed else 0
+        self.heads[t] = min(freed) if freed else 0
 
     def seq_div(self, s: int, p0: int, p1: int, d: int) -> None:
         p0, p1 = self._norm(p0, p1)
         if d == 1 or p0 >= p1:
             return
-        st = self.cfg.stream_of(s)
-        for c in self.cells[st]:
+        t = self.cfg.stream_of(s)
+        for c in self.cells[t]:
             if c is not None and s in c.seqs and p0 <= c.pos < p1:
-                self.has_shift[st] = True
+                self.has_shift[t] = True
                 c.pos = c.pos // d
 
     def update(self) -> None:
         self.pending.clear()
         if any(self.has_shift):
-            for st in self.cells:
-                for c in st:
+            for t in self.cells:
+                for c in t:
                     if c is not None:
                         c.rope_pos = c.pos
             self.has_shift = [False] * self.cfg.n_stream
@@ -595,3 +603,135 @@ class ScriptedMemory:
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         self.log.append(("seq_rm", seq_id, p0, p1))
         return True
+
+
+# ---------------------------------------------------------------------------- replayable sequences
+
+
+def _decode_tokens(
+    model: ModelCache, seqs: Sequence[int], counts: Sequence[int]
+) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Tokens continuing each sequence from its last position (what llama.cpp's batch
+    validation accepts), sequence-major."""
+    toks = []
+    for s, n in zip(seqs, counts):
+        start = model.seq_pos_max(s) + 1
+        toks += [(start + k, (s,)) for k in range(n)]
+    return tuple(toks)
+
+
+def apply_op(model: ModelCache, op: Op) -> bool:
+    """Run one operation on the model; returns False for a Decode that did not fit."""
+    if isinstance(op, Decode):
+        sim = model.copy()
+        slots = []
+        for toks, g in zip(op.tokens, op.groups):
+            slot = sim.find_slot(toks, g or 1)
+            if slot is None:
+                return False
+            sim.apply(slot, toks)
+            slots.append(slot)
+        if not op.rollback:
+            for toks, slot in zip(op.tokens, slots):
+                model.apply(slot, toks)
+        return True
+    if isinstance(op, SeqRm):
+        model.seq_rm(op.seq_id, op.p0, op.p1)
+    elif isinstance(op, SeqCp):
+        model.seq_cp(op.seq_id_src, op.seq_id_dst, op.p0, op.p1)
+    elif isinstance(op, SeqKeep):
+        model.seq_keep(op.seq_id)
+    elif isinstance(op, SeqAdd):
+        model.seq_add(op.seq_id, op.p0, op.p1, op.delta)
+    elif isinstance(op, SeqDiv):
+        model.seq_div(op.seq_id, op.p0, op.p1, op.d)
+    elif isinstance(op, Update):
+        model.update()
+    elif isinstance(op, Clear):
+        model.clear()
+    return True
+
+
+@st.composite
+def op_sequences(draw: st.DrawFn, cfg: ModelConfig, max_ops: int = 12) -> list[Op]:
+    """A sequence of operations that can be replayed through llama.cpp's public API: every
+    Decode is one ubatch of single-sequence tokens continuing their sequences (sequence-major,
+    so it is the ubatch llama.cpp's own split produces with ``n_ubatch >= n_tokens``),
+    cross-stream copies use full ranges, and no operation is an error."""
+    model = ModelCache(cfg)
+    n_seq = cfg.n_seq_max
+    ops: list[Op] = []
+    for _ in range(draw(st.integers(1, max_ops))):
+        kind = draw(
+            st.sampled_from(["decode", "decode", "rm", "cp", "keep", "add", "div", "clear"])
+        )
+        s = draw(st.integers(0, n_seq - 1))
+        hi = max([model.seq_pos_max(q) for q in range(n_seq)] + [0]) + 2
+        p0, p1 = draw(st.integers(-1, hi)), draw(st.integers(-1, hi + 1))
+        op: Op
+        if kind == "decode":
+            seqs = sorted(draw(st.sets(st.integers(0, n_seq - 1), min_size=1, max_size=n_seq)))
+            per = draw(st.integers(1, 3))
+            toks = _decode_tokens(model, seqs, [per] * len(seqs))
+            op = Decode((toks,), (len(seqs),))
+        elif kind == "rm":
+            op = SeqRm(draw(st.sampled_from([-1, s])), p0, p1)
+        elif kind == "cp":
+            dst = draw(st.integers(0, n_seq - 1))
+            if cfg.stream_of(s) != cfg.stream_of(dst):
+                p0, p1 = -1, -1
+            op = SeqCp(s, dst, p0, p1)
+        elif kind == "keep":
+            op = SeqKeep(s)
+        elif kind == "add":
+            op = SeqAdd(s, p0, p1, draw(st.integers(-4, 4)))
+        elif kind == "div":
+            op = SeqDiv(s, p0, p1, draw(st.integers(1, 3)))
+        else:
+            op = Clear()
+        apply_op(model, op)
+        ops.append(op)
+    return ops
+
+
+def replay(handle: object, ops: Sequence[Op], n_seq: int) -> list[tuple[object, ...]]:
+    """Run ``ops`` on a ``kv.cache`` handle; after each, observe (accepted, [(seq_pos_min,
+    seq_pos_max) per sequence]). A llama.cpp replayer produces the same observations with
+    ``llama_decode(...) == 0`` and ``llama_memory_seq_pos_min/max``."""
+    h: Any = handle
+    out: list[tuple[object, ...]] = []
+    for op in ops:
+        accepted = True
+        if isinstance(op, Decode):
+            ubs = op.ubatches()
+            slots = h.prepare(ubs)
+            accepted = slots is not None
+            if slots is not None:
+                for ub, slot in zip(ubs, slots):
+                    h.apply_ubatch(slot, ub)
+        elif isinstance(op, SeqRm):
+            h.seq_rm(op.seq_id, op.p0, op.p1)
+        elif isinstance(op, SeqCp):
+            h.seq_cp(op.seq_id_src, op.seq_id_dst, op.p0, op.p1)
+        elif isinstance(op, SeqKeep):
+            h.seq_keep(op.seq_id)
+        elif isinstance(op, SeqAdd):
+            h.seq_add(op.seq_id, op.p0, op.p1, op.delta)
+        elif isinstance(op, SeqDiv):
+            h.seq_div(op.seq_id, op.p0, op.p1, op.d)
+        elif isinstance(op, Update):
+            h.update()
+        elif isinstance(op, Clear):
+            h.clear()
+        out.append((accepted, [(h.seq_pos_min(s), h.seq_pos_max(s)) for s in range(n_seq)]))
+    return out
+
+
+def model_observations(cfg: ModelConfig, ops: Sequence[Op]) -> list[tuple[object, ...]]:
+    model = ModelCache(cfg)
+    out: list[tuple[object, ...]] = []
+    for op in ops:
+        accepted = apply_op(model, op)
+        obs = [(model.seq_pos_min(s), model.seq_pos_max(s)) for s in range(cfg.n_seq_max)]
+        out.append((accepted, obs))
+    return out
