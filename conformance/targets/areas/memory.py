@@ -16,7 +16,9 @@ ABORTED 1): ``memory_status_combine(s0, s1)``, ``memory_status_is_fail(s)``,
 ``seq_pos_max`` / ``clear``, ``init_batch(splitter, n_ubatch, embd_all) -> context``,
 ``init_update(optimize) -> context``, ``init_full() -> context``. A context has
 ``get_status()``, ``apply()``, ``next()``, ``get_ubatch()``, ``ubatches`` and, for a KV batch
-context, ``n_kv``. Splitters come from the batch area (``batch.sanitize`` + ``batch.split``).
+or full context, ``n_kv``. ``kv`` and ``recurrent`` memories also have ``state()``, a snapshot
+comparable with ``==`` (a ``kv`` memory is a ``kv.cache`` handle). Splitters come from the
+batch area (``batch.sanitize`` + ``batch.split``).
 
 ``memory.coordinator`` -- ``new_memory_coordinator(memory) -> coordinator`` for *any* object with
 the memory shape (the tests pass scripted memories): ``update(optimize) -> bool``,
