@@ -28,7 +28,9 @@ def outcome(target: Any, case: BatchCase | CorpusCase) -> Any:
         return (e.code, e.field, e.index, e.seq_id)
 
 
-def split(splitter: Any, mode: str, n_ubatch: int, sequential: bool = False, n_keep_tail: int = 0) -> Any:
+def split(
+    splitter: Any, mode: str, n_ubatch: int, sequential: bool = False, n_keep_tail: int = 0
+) -> Any:
     if mode == "simple":
         return splitter.split_simple(n_ubatch)
     if mode == "equal":
@@ -41,7 +43,7 @@ def split_until_empty(
 ) -> list[Any]:
     """split_reset, then ubatches until the first empty one."""
     splitter.split_reset()
-    out = []
+    out: list[Any] = []
     for _ in range(MAX_UBATCHES):
         ub = split(splitter, mode, n_ubatch, sequential, n_keep_tail)
         if ub.n_tokens == 0:
@@ -103,19 +105,26 @@ def check_ubatch(ub: Any, sb: Any) -> None:
     assert np.array_equal(seq_idx, expect)
 
 
+def ints(values: Any) -> str:
+    """A compact, diff-friendly rendering of an integer sequence ("0 1 2")."""
+    return " ".join(str(int(v)) for v in values)
+
+
+def seq_rows(rows: list[tuple[int, ...]]) -> str:
+    """Sequence sets of consecutive tokens: "0,1 | 1 | 0"."""
+    return " | ".join(",".join(str(s) for s in r) for r in rows)
+
+
 def summarize_ubatch(ub: Any) -> dict[str, Any]:
     """A compact, snapshot-friendly view of a ubatch."""
     return {
-        "n_tokens": ub.n_tokens,
-        "n_seq_tokens": ub.n_seq_tokens,
-        "n_seqs": ub.n_seqs,
-        "n_seqs_unq": ub.n_seqs_unq,
-        "equal_seqs": bool(ub.equal_seqs),
-        "idxs": [int(i) for i in ub.idxs],
-        "pos": [int(p) for p in ub.pos],
-        "seq_id": [list(ubatch_seqs(ub, k)) for k in range(ub.n_tokens)],
-        "seq_id_unq": [int(s) for s in ub.seq_id_unq],
-        "output": [int(o) for o in ub.output],
+        "shape": f"n_tokens={ub.n_tokens} n_seq_tokens={ub.n_seq_tokens} n_seqs={ub.n_seqs} "
+        f"n_seqs_unq={ub.n_seqs_unq} equal_seqs={int(bool(ub.equal_seqs))} n_pos={ub.n_pos}",
+        "idxs": ints(ub.idxs),
+        "pos": ints(ub.pos),
+        "seq_id": seq_rows([ubatch_seqs(ub, k) for k in range(ub.n_tokens)]),
+        "seq_id_unq": ints(ub.seq_id_unq),
+        "output": ints(ub.output),
     }
 
 
@@ -130,14 +139,28 @@ def input_seqs(batch: Batch) -> list[tuple[int, ...]]:
 
 
 def make_case(
-    batch: Batch, memory: dict[int, tuple[int, int]] | None, like: BatchCase | None = None
+    batch: Batch,
+    memory: dict[int, tuple[int, int]] | None,
+    like: BatchCase | None = None,
+    **params: Any,
 ) -> BatchCase:
-    """A BatchCase for ``batch`` on ``memory``; other parameters from ``like`` or defaults."""
-    return BatchCase(
-        batch=batch,
-        memory=memory,
-        n_vocab=like.n_vocab if like else 32,
-        n_seq_max=like.n_seq_max if like else 4,
-        output_all=like.output_all if like else False,
-        n_pos_per_embd=like.n_pos_per_embd if like else 1,
-    )
+    """A BatchCase for ``batch`` on ``memory``; parameters from ``params``, ``like`` or defaults."""
+    base: dict[str, Any] = {"n_vocab": 32, "n_seq_max": 4, "output_all": False, "n_pos_per_embd": 1}
+    if like is not None:
+        base.update(
+            n_vocab=like.n_vocab,
+            n_seq_max=like.n_seq_max,
+            output_all=like.output_all,
+            n_pos_per_embd=like.n_pos_per_embd,
+        )
+    base.update(params)
+    return BatchCase(batch=batch, memory=memory, **base)
+
+
+def input_pos0(batch: Batch, n_pos_per_embd: int = 1) -> list[int]:
+    """Section-0 positions of a batch with explicit positions."""
+    assert batch.pos is not None
+    pos = np.asarray(batch.pos)
+    if pos.ndim == 1 and pos.shape[0] != batch.n_tokens:
+        pos = pos.reshape(-1, batch.n_tokens)
+    return [int(p) for p in (pos if pos.ndim == 1 else pos[0])]

@@ -6,10 +6,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from conformance.batch.checks import input_seqs, make_case, outcome, pos0, sanitize, token_seqs
+from conformance.batch import examples as ex
+from conformance.batch.checks import (
+    input_pos0,
+    input_seqs,
+    make_case,
+    outcome,
+    pos0,
+    sanitize,
+    token_seqs,
+)
 from conformance.fixtures.batch_corpus import RangeMemory, case_named
 from conformance.strategies.batch import BatchCase, invalid_cases, valid_cases
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch
@@ -164,6 +173,7 @@ def test_n_seq_id_without_seq_id(target: Any) -> None:
 
 @pytest.mark.invariant("SAN-006")
 @given(invalid_cases("SAN_SEQ_ID_RANGE"))
+@example(case_code=ex.SEQ_RANGE)
 def test_seq_id_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     b = case.batch
@@ -280,6 +290,7 @@ def test_duplicate_ids_are_not_coupling(target: Any) -> None:
 
 @pytest.mark.invariant("SAN-010")
 @given(valid_cases())
+@example(case=ex.AUTO_AFTER_MEMORY)
 def test_generated_positions(target: Any, case: BatchCase) -> None:
     sb = sanitize(target, case)
     if case.batch.pos is not None:
@@ -325,6 +336,7 @@ def test_mrope_generated_positions(target: Any) -> None:
 
 @pytest.mark.invariant("SAN-013")
 @given(valid_cases())
+@example(case=ex.GET_ONE)
 def test_default_outputs(target: Any, case: BatchCase) -> None:
     sb = sanitize(target, case)
     if case.batch.logits is not None:
@@ -337,6 +349,7 @@ def test_default_outputs(target: Any, case: BatchCase) -> None:
 
 @pytest.mark.invariant("SAN-014")
 @given(valid_cases())
+@example(case=ex.OUTPUT_ALL_FLAGS)
 def test_given_outputs(target: Any, case: BatchCase) -> None:
     sb = sanitize(target, case)
     if case.batch.logits is None:
@@ -362,7 +375,8 @@ def test_output_override_example(target: Any) -> None:
 
 
 @pytest.mark.invariant("SAN-015")
-@given(invalid_cases("SAN_POS_MEMORY").filter(lambda c: c[0].n_pos_per_embd == 1))
+@given(invalid_cases("SAN_POS_MEMORY", mrope=False))
+@example(case_code=ex.MEMORY)
 def test_memory_continuation(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     out = outcome(target, case)
@@ -370,10 +384,11 @@ def test_memory_continuation(target: Any, case_code: tuple[BatchCase, str]) -> N
     s, i = out[3], out[2]
     assert case.memory is not None and s in case.memory
     seqs = input_seqs(case.batch)
+    positions = input_pos0(case.batch, case.n_pos_per_embd)
     mine = [k for k in range(case.batch.n_tokens) if s in seqs[k]]
-    lo = min(case.pos0[k] for k in mine)
+    lo = min(positions[k] for k in mine)
     assert lo != case.memory[s][1] + 1
-    assert i == next(k for k in mine if case.pos0[k] == lo)
+    assert i == next(k for k in mine if positions[k] == lo)
 
 
 @pytest.mark.invariant("SAN-015")
@@ -391,6 +406,7 @@ def test_memory_continuation_examples(target: Any, pos: list[int], code: str | N
 
 @pytest.mark.invariant("SAN-016")
 @given(invalid_cases("SAN_POS_GAP"))
+@example(case_code=ex.GAP)
 def test_continuity(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     out = outcome(target, case)
@@ -410,7 +426,8 @@ def test_continuity_examples(target: Any) -> None:
 
 
 @pytest.mark.invariant("SAN-017")
-@given(invalid_cases("SAN_POS_MEMORY").filter(lambda c: c[0].n_pos_per_embd > 1))
+@given(invalid_cases("SAN_POS_MEMORY", mrope=True))
+@example(case_code=ex.MEMORY_MROPE)
 def test_mrope_memory_rule(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     out = outcome(target, case)
@@ -437,6 +454,7 @@ def test_mrope_examples(target: Any) -> None:
 
 @pytest.mark.invariant("SAN-018")
 @given(invalid_cases("SAN_SEQ_DIVERGED"))
+@example(case_code=ex.DIVERGED)
 def test_coupled_memory(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     out = outcome(target, case)
@@ -455,6 +473,7 @@ def test_coupled_memory_examples(target: Any) -> None:
 
 @pytest.mark.invariant("SAN-019")
 @given(invalid_cases("SAN_POS_DECREASING"))
+@example(case_code=ex.DECREASING)
 def test_decreasing(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, _ = case_code
     out = outcome(target, case)
@@ -514,6 +533,7 @@ def _snapshot(b: Batch) -> dict[str, Any]:
 
 @pytest.mark.invariant("SAN-022")
 @given(st.one_of(valid_cases(), invalid_cases().map(lambda t: t[0])))
+@example(case=ex.GET_ONE)
 def test_inputs_never_modified(target: Any, case: BatchCase) -> None:
     before = _snapshot(case.batch)
     mem = _RecordingMemory(dict(case.memory or {}))

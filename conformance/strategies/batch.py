@@ -77,16 +77,25 @@ def valid_cases(
     allow_coupling: bool = True,
     coupled_memory: bool = False,
     explicit_pos: bool = False,
+    force_mrope: bool = False,
 ) -> BatchCase:
     """A batch every sanitizer rule accepts.
 
     ``coupled_memory``: the first token couples two or more sequences that the memory holds
     (with more than one position), so a divergence can be introduced.
     """
-    n_seq_max = draw(st.sampled_from([2, 3, 4, 8, 64, LLAMA_MAX_SEQ] if coupled_memory else [1, 2, 3, 4, 8, 64, LLAMA_MAX_SEQ]))
+    n_seq_max = draw(
+        st.sampled_from(
+            [2, 3, 4, 8, 64, LLAMA_MAX_SEQ]
+            if coupled_memory
+            else [1, 2, 3, 4, 8, 64, LLAMA_MAX_SEQ]
+        )
+    )
     n_active = draw(st.integers(2 if coupled_memory else 1, min(n_seq_max, 6)))
-    seqs = sorted(draw(st.sets(st.integers(0, n_seq_max - 1), min_size=n_active, max_size=n_active)))
-    n_pos = 4 if allow_mrope and draw(st.integers(0, 5)) == 0 else 1
+    seqs = sorted(
+        draw(st.sets(st.integers(0, n_seq_max - 1), min_size=n_active, max_size=n_active))
+    )
+    n_pos = 4 if force_mrope or (allow_mrope and draw(st.integers(0, 5)) == 0) else 1
     content = draw(st.sampled_from(["token", "token", "token", "embd", "both"]))
     has_token = content != "embd"
 
@@ -155,15 +164,15 @@ def valid_cases(
 
     # duplicate ids inside a token, and padding beyond n_seq_id, must be harmless
     dup = draw(st.booleans())
-    listed = [r + [r[0]] if dup and draw(st.booleans()) else list(r) for r in rows]
-    width = max(len(r) for r in listed) + draw(st.integers(0, 2))
+    listed = [[*row, row[0]] if dup and draw(st.booleans()) else list(row) for row in rows]
+    width = max(len(row) for row in listed) + draw(st.integers(0, 2))
     pad = draw(st.sampled_from([-1, 0, 999]))
     seq_id = np.full((n, width), pad, dtype=np.int32)
-    for i, r in enumerate(listed):
-        seq_id[i, : len(r)] = r
-    n_seq_id = np.asarray([len(r) for r in listed], dtype=np.int32)
+    for i, row in enumerate(listed):
+        seq_id[i, : len(row)] = row
+    n_seq_id = np.asarray([len(row) for row in listed], dtype=np.int32)
 
-    all_zero = all(r == [0] for r in rows)
+    all_zero = all(row == [0] for row in rows)
     seq_mode = draw(st.sampled_from(["explicit", "no_n_seq_id", "absent"]))
     if seq_mode == "absent" and not all_zero:
         seq_mode = "explicit"
@@ -177,22 +186,31 @@ def valid_cases(
         token = token.astype(np.int32)
     embd = None
     if content != "token":
-        embd = np.asarray(
-            draw(st.lists(st.floats(-2, 2, width=32), min_size=2 * n, max_size=2 * n)),
-            dtype=np.float32,
-        ).reshape(n, 2)
+        # distinct rows ([100 i + k] + offset): contents never matter to the rules, only that
+        # a ubatch copies the right rows
+        embd_width = draw(st.integers(1, 3))
+        offset = draw(st.integers(0, 9))
+        embd = (
+            100.0 * np.arange(n, dtype=np.float32)[:, None]
+            + np.arange(embd_width, dtype=np.float32)[None, :]
+            + offset
+        )
 
     # positions: explicit, or left to the sanitizer (then pos0 is what it must generate)
     pos: np.ndarray | None = None if auto else np.asarray(pos0, dtype=np.int32)
     if pos is not None and n_pos > 1 and not has_token:
-        planes = [pos0] + [draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)) for _ in range(3)]
+        planes = [pos0] + [
+            draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)) for _ in range(3)
+        ]
         pos = np.asarray(planes, dtype=np.int32)
         if draw(st.booleans()):
             pos = pos.reshape(-1)  # flat section-major layout is accepted too
 
     logits = None
     if draw(st.booleans()):
-        logits = np.asarray(draw(st.lists(st.sampled_from([0, 0, 1, 2, -1]), min_size=n, max_size=n)), dtype=np.int8)
+        logits = np.asarray(
+            draw(st.lists(st.sampled_from([0, 0, 1, 2, -1]), min_size=n, max_size=n)), dtype=np.int8
+        )
 
     batch = Batch(
         token=token,
@@ -278,7 +296,11 @@ def _append_token(case: BatchCase, seq: int, p: int) -> BatchCase:
     new_seq_id = np.concatenate([seq_id, row])
     new_n_seq_id = np.concatenate([n_seq_id, [1]]).astype(np.int32)
     token = None if b.token is None else np.concatenate([b.token, [0]]).astype(np.int32)
-    embd = None if b.embd is None else np.concatenate([b.embd, np.zeros((1, b.embd.shape[1]), np.float32)])
+    embd = (
+        None
+        if b.embd is None
+        else np.concatenate([b.embd, np.zeros((1, b.embd.shape[1]), np.float32)])
+    )
     logits = None if b.logits is None else np.concatenate([b.logits, [1]]).astype(np.int8)
     if case.n_pos_per_embd > 1 and b.token is None:
         pos = np.zeros((case.n_pos_per_embd, n + 1), dtype=np.int32)
@@ -288,13 +310,20 @@ def _append_token(case: BatchCase, seq: int, p: int) -> BatchCase:
         pos = np.concatenate([pos0, [p]]).astype(np.int32)
     return replace(
         case,
-        batch=Batch(token=token, embd=embd, pos=pos, n_seq_id=new_n_seq_id, seq_id=new_seq_id, logits=logits),
+        batch=Batch(
+            token=token, embd=embd, pos=pos, n_seq_id=new_n_seq_id, seq_id=new_seq_id, logits=logits
+        ),
     )
 
 
 @st.composite
-def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, str]:
-    """A valid case with exactly one rule broken, and the code the sanitizer must raise."""
+def invalid_cases(
+    draw: st.DrawFn, rule: str | None = None, mrope: bool | None = None
+) -> tuple[BatchCase, str]:
+    """A valid case with exactly one rule broken, and the code the sanitizer must raise.
+
+    ``mrope``: True for M-RoPE cases only, False for standard positions only, None for both.
+    """
     rule = rule or draw(st.sampled_from(INVALID_RULES))
     if rule == "SAN_SEQ_DIVERGED":
         case = draw(valid_cases(max_tokens=12, coupled_memory=True))
@@ -308,7 +337,12 @@ def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, 
         return replace(case, memory=mem), rule
     positional = rule in ("SAN_POS_MEMORY", "SAN_POS_GAP", "SAN_POS_DECREASING")
     case = draw(
-        valid_cases(max_tokens=12, explicit_pos=positional, allow_mrope=rule != "SAN_POS_GAP")
+        valid_cases(
+            max_tokens=12,
+            explicit_pos=positional,
+            allow_mrope=rule != "SAN_POS_GAP" and mrope is not False,
+            force_mrope=bool(mrope),
+        )
     )
     b = case.batch
     n = b.n_tokens
@@ -323,13 +357,17 @@ def invalid_cases(draw: st.DrawFn, rule: str | None = None) -> tuple[BatchCase, 
         if what == "pos":
             return _with(case, pos=np.zeros(n + 2, np.int32)), rule
         if what == "n_seq_id":
-            return _with(case, n_seq_id=np.ones(n + 1, np.int32), seq_id=np.zeros((n, 1), np.int32)), rule
+            return _with(
+                case, n_seq_id=np.ones(n + 1, np.int32), seq_id=np.zeros((n, 1), np.int32)
+            ), rule
         return _with(case, seq_id=np.zeros((n + 1, 1), np.int32)), rule
     if rule == "SAN_TOKEN_RANGE":
         assume(b.token is not None)
         assert b.token is not None
         token = np.array(b.token)
-        token[draw(st.integers(0, n - 1))] = draw(st.sampled_from([-1, case.n_vocab, case.n_vocab + 7]))
+        token[draw(st.integers(0, n - 1))] = draw(
+            st.sampled_from([-1, case.n_vocab, case.n_vocab + 7])
+        )
         return _with(case, token=token), rule
     if rule == "SAN_N_SEQ_ID":
         seq_id, n_seq_id = _explicit_seqs(case)

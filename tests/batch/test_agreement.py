@@ -17,9 +17,11 @@ from reference_impl.batch.types import UBatch
 from reference_impl.errors import BatchError
 
 
-def _run(fn: Any, case: BatchCase) -> SanitizedBatch | tuple[str, str | None, int | None, int | None]:
+def _run(
+    fn: Any, case: BatchCase
+) -> SanitizedBatch | tuple[str, str | None, int | None, int | None]:
     try:
-        return fn(case.batch, **case.kwargs())  # type: ignore[no-any-return]
+        return fn(case.batch, **case.kwargs())
     except BatchError as e:
         return (e.code, e.field, e.index, e.seq_id)
 

@@ -63,7 +63,9 @@ class Reference:
 
         return mod.BatchSplitter(sanitized)
 
-    def batch_ubatch_reserve(self, n_seq_tokens: int, n_seqs: int, *, n_pos_per_embd: int = 1) -> Any:
+    def batch_ubatch_reserve(
+        self, n_seq_tokens: int, n_seqs: int, *, n_pos_per_embd: int = 1
+    ) -> Any:
         from reference_impl.batch import split as mod
 
         return mod.ubatch_reserve(n_seq_tokens, n_seqs, n_pos_per_embd=n_pos_per_embd)

@@ -1,0 +1,316 @@
+"""Mutants of the batch area: the reference sanitizer/splitter with one deliberate defect each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.mutants import Mutant, replace
+
+SAN = "reference_impl.batch.sanitize"
+SPL = "reference_impl.batch.split"
+
+
+def _gap_accepted(t: Any) -> Any:
+    replace(SAN, "check_continuity", lambda view, pmin, pmax: np.zeros(len(view.seqs), dtype=bool))
+    return t
+
+
+def _auto_pos_seed(t: Any) -> Any:
+    # continue at seq_pos_max instead of seq_pos_max + 1
+    replace(SAN, "next_position", lambda memory, s: max(memory.seq_pos_max(s), 0) if memory else 0)
+    return t
+
+
+def _last_token_default_dropped(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.resolve_outputs
+
+    def resolve_outputs(logits: Any, n: int, output_all: bool) -> Any:
+        if logits is None and not output_all:
+            return np.zeros(n, dtype=np.int8), False
+        return original(logits, n, output_all)
+
+    replace(SAN, "resolve_outputs", resolve_outputs)
+    return t
+
+
+def _output_all_ignored(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.resolve_outputs
+
+    def resolve_outputs(logits: Any, n: int, output_all: bool) -> Any:
+        if logits is not None:
+            return logits, False  # explicit flags kept even when every output is required
+        return original(logits, n, output_all)
+
+    replace(SAN, "resolve_outputs", resolve_outputs)
+    return t
+
+
+def _decreasing_accepted(t: Any) -> Any:
+    replace(SAN, "check_decreasing", lambda view: None)
+    return t
+
+
+def _seq_range_off_by_one(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.resolve_seq_ids
+    replace(
+        SAN,
+        "resolve_seq_ids",
+        lambda sid, nsid, n, n_seq_max: original(sid, nsid, n, n_seq_max + 1),
+    )
+    return t
+
+
+def _memory_ignored(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.check_positions
+    replace(
+        SAN,
+        "check_positions",
+        lambda view, pmin, pmax, memory, n_pos, has_token: original(
+            view, pmin, pmax, None, n_pos, has_token
+        ),
+    )
+    return t
+
+
+def _diverged_accepted(t: Any) -> Any:
+    replace(SAN, "check_coupled_memory", lambda pairs, memory: None)
+    return t
+
+
+def _mutates_input(t: Any) -> Any:
+    original = t.batch_sanitize
+
+    def batch_sanitize(batch: Any, **kw: Any) -> Any:
+        try:
+            return original(batch, **kw)
+        finally:
+            if batch.token is not None and batch.token.size and batch.token.flags.writeable:
+                batch.token[0] += 1  # "normalizes" the caller's array in place
+
+    t.batch_sanitize = batch_sanitize
+    return t
+
+
+def _out_ids_batch_order(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        @property
+        def out_ids_array(self) -> np.ndarray:
+            return np.sort(super().out_ids_array)
+
+    replace(SPL, "BatchSplitter", Splitter)
+    return t
+
+
+def _coupled_sequential_allowed(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        def split_equal(self, n_ubatch: int, sequential: bool, n_keep_tail: int = 0) -> Any:
+            if self.sb.has_cpl:
+                sequential = False
+            return super().split_equal(n_ubatch, sequential, n_keep_tail)
+
+    replace(SPL, "BatchSplitter", Splitter)
+    return t
+
+
+def _seq_idx_not_reset(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    original = mod.make_ubatch
+    stale = np.full(256, -1, dtype=np.int32)
+
+    def make_ubatch(sb: Any, idxs: Any, n_seqs: int, equal_seqs: bool) -> Any:
+        ub = original(sb, idxs, n_seqs, equal_seqs)
+        present = ub.seq_idx >= 0
+        stale[present] = ub.seq_idx[present]  # entries of earlier ubatches are never cleared
+        ub.seq_idx[:] = stale
+        return ub
+
+    replace(SPL, "make_ubatch", make_ubatch)
+    return t
+
+
+def _keep_tail_ignored(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        def split_equal(self, n_ubatch: int, sequential: bool, n_keep_tail: int = 0) -> Any:
+            mod.check_keep_tail(n_ubatch, n_keep_tail)
+            return super().split_equal(n_ubatch, sequential, 0)
+
+    replace(SPL, "BatchSplitter", Splitter)
+    return t
+
+
+def _simple_overfills(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        def split_simple(self, n_ubatch: int) -> Any:
+            mod.check_n_ubatch(n_ubatch)
+            return super().split_simple(n_ubatch + 1)
+
+    replace(SPL, "BatchSplitter", Splitter)
+    return t
+
+
+def _equal_sets_overlap(t: Any) -> Any:
+    # choose sets without the overlap test: coupled sets and their members share a ubatch
+    import reference_impl.batch.split as mod
+
+    def choose_sets(sp: Any, n_ubatch: int, sequential: bool) -> list[int]:
+        rem = sp._set_count - sp._cursor
+        live = np.flatnonzero(rem > 0)
+        heads = sp._set_tokens[sp._set_start[live] + sp._cursor[live]]
+        return [int(k) for k in live[np.argsort(heads, kind="stable")][: n_ubatch + 1]]
+
+    original = mod.choose_sets
+    replace(
+        SPL,
+        "choose_sets",
+        lambda sp, u, seq: choose_sets(sp, u, seq) if not seq else original(sp, u, seq),
+    )
+    return t
+
+
+def _split_plan_kv_swapped(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    original = mod.split_plan
+
+    def split_plan(kind: str, *, unified: bool, embd_all: bool, n_rs_seq: int = 0) -> Any:
+        if kind == "kv":
+            unified = not unified
+        return original(kind, unified=unified, embd_all=embd_all, n_rs_seq=n_rs_seq)
+
+    replace(SPL, "split_plan", split_plan)
+    return t
+
+
+MUTANTS = [
+    Mutant(
+        "san-gap-accepted",
+        "batch_sanitizer",
+        "positions with a gap inside a sequence are accepted",
+        kills=("SAN-016", "SAN-027"),
+        apply=_gap_accepted,
+    ),
+    Mutant(
+        "san-auto-pos-seed",
+        "batch_sanitizer",
+        "generated positions continue at the memory's seq_pos_max instead of seq_pos_max + 1",
+        kills=("SAN-010",),
+        apply=_auto_pos_seed,
+    ),
+    Mutant(
+        "san-last-token-default-dropped",
+        "batch_sanitizer",
+        "absent output flags give no output instead of the last token",
+        kills=("SAN-013", "SAN-027"),
+        apply=_last_token_default_dropped,
+    ),
+    Mutant(
+        "san-output-all-ignored",
+        "batch_sanitizer",
+        "explicit output flags are not overridden when every output is required",
+        kills=("SAN-014",),
+        apply=_output_all_ignored,
+    ),
+    Mutant(
+        "san-decreasing-accepted",
+        "batch_sanitizer",
+        "decreasing positions inside a sequence are accepted",
+        kills=("SAN-019", "SAN-011"),
+        apply=_decreasing_accepted,
+    ),
+    Mutant(
+        "san-seq-range-off-by-one",
+        "batch_sanitizer",
+        "sequence id n_seq_max is accepted",
+        kills=("SAN-006",),
+        apply=_seq_range_off_by_one,
+    ),
+    Mutant(
+        "san-memory-ignored",
+        "batch_sanitizer",
+        "batch positions are not checked against the memory",
+        kills=("SAN-015", "SAN-017"),
+        apply=_memory_ignored,
+    ),
+    Mutant(
+        "san-diverged-accepted",
+        "batch_sanitizer",
+        "coupled sequences whose memory ranges differ are accepted",
+        kills=("SAN-018",),
+        apply=_diverged_accepted,
+    ),
+    Mutant(
+        "san-mutates-input",
+        "batch_sanitizer",
+        "the sanitizer writes into the caller's token array",
+        kills=("SAN-022",),
+        apply=_mutates_input,
+    ),
+    Mutant(
+        "spl-out-ids-batch-order",
+        "batch_split",
+        "out_ids are reported in batch order instead of emission order",
+        kills=("SPL-006",),
+        apply=_out_ids_batch_order,
+    ),
+    Mutant(
+        "spl-coupled-sequential-allowed",
+        "batch_split",
+        "a sequential split_equal accepts coupled sequences",
+        kills=("SPL-011",),
+        apply=_coupled_sequential_allowed,
+    ),
+    Mutant(
+        "spl-seq-idx-not-reset",
+        "batch_split",
+        "seq_idx keeps the entries of earlier ubatches",
+        kills=("SPL-003",),
+        apply=_seq_idx_not_reset,
+    ),
+    Mutant(
+        "spl-keep-tail-ignored",
+        "batch_split",
+        "split_equal ignores n_keep_tail",
+        kills=("SPL-012", "SPL-013"),
+        apply=_keep_tail_ignored,
+    ),
+    Mutant(
+        "spl-simple-overfills",
+        "batch_split",
+        "split_simple emits n_ubatch + 1 tokens",
+        kills=("SPL-001",),
+        apply=_simple_overfills,
+    ),
+    Mutant(
+        "spl-equal-sets-overlap",
+        "batch_split",
+        "split_equal puts overlapping sequence sets in one ubatch",
+        kills=("SPL-008", "SPL-009"),
+        apply=_equal_sets_overlap,
+    ),
+    Mutant(
+        "spl-plan-kv-swapped",
+        "batch_split",
+        "the KV cache uses split_equal with one stream and split_simple with several",
+        kills=("SPL-017",),
+        apply=_split_plan_kv_swapped,
+    ),
+]
