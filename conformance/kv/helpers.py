@@ -1,0 +1,45 @@
+"""Small helpers shared by the KV conformance tests (placing tokens, reading cells)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance.strategies.kv import run_of, state_tuple, ubatch_from_lists
+
+
+def place(cache: Any, ubatch: Any) -> Any:
+    """prepare + apply one ubatch; returns its slot (fails the test when it does not fit)."""
+    slots = cache.prepare([ubatch])
+    assert slots is not None, "the ubatch should fit"
+    cache.apply_ubatch(slots[0], ubatch)
+    return slots[0]
+
+
+def place_run(cache: Any, seq: int, start: int, count: int) -> Any:
+    return place(cache, run_of(seq, start, count))
+
+
+def place_tokens(cache: Any, tokens: list[tuple[int, list[int]]]) -> Any:
+    return place(cache, ubatch_from_lists([p for p, _ in tokens], [s for _, s in tokens]))
+
+
+def cells(cache: Any, stream: int = 0) -> list[tuple[int, tuple[int, ...]]]:
+    """(pos, seqs) of every cell of a stream."""
+    s = cache.state().streams[stream]
+    return [(p, tuple(q)) for p, q in zip(s.pos, s.seqs)]
+
+
+def stream(cache: Any, stream: int = 0) -> Any:
+    return cache.state().streams[stream]
+
+
+def expect_code(cache: Any, code: str, fn: Any, *args: Any) -> Any:
+    """Call must raise an error with ``code`` and leave the cache exactly as it was."""
+    before = state_tuple(cache.state())
+    with pytest.raises(Exception) as info:
+        fn(*args)
+    assert getattr(info.value, "code", None) == code, f"expected {code}, got {info.value!r}"
+    assert state_tuple(cache.state()) == before, f"{code}: the failed call changed the cache"
+    return info.value

@@ -1,0 +1,279 @@
+"""Golden scenarios for every sequence operation (spec/kv_cache.md KV-013 .. KV-021)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance.kv.helpers import cells, expect_code, place_run, place_tokens, stream
+from conformance.strategies.kv import state_tuple
+
+E = (-1, ())  # an empty cell
+
+
+@pytest.fixture
+def cache(target: Any) -> Any:
+    """16 cells, one stream: seq 0 at positions 0..5 in cells 0..5."""
+    c = target.new_kv_cache(kv_size=16, n_seq_max=4, unified=True)
+    place_run(c, 0, 0, 6)
+    return c
+
+
+@pytest.mark.invariant("KV-014")
+@pytest.mark.requires("kv.cache")
+def test_seq_rm_partial_range_moves_head_down(cache: Any) -> None:
+    assert stream(cache).head == 6
+    assert cache.seq_rm(0, 2, 4) is True
+    assert cells(cache)[:6] == [(0, (0,)), (1, (0,)), E, E, (4, (0,)), (5, (0,))]
+    assert stream(cache).head == 2  # lowest emptied cell
+    assert (cache.seq_pos_min(0), cache.seq_pos_max(0)) == (0, 5)
+
+
+@pytest.mark.invariant("KV-014", "KV-013")
+@pytest.mark.requires("kv.cache")
+def test_seq_rm_negative_bounds_mean_open_ends(cache: Any) -> None:
+    cache.seq_rm(0, -1, 2)  # [0, 2)
+    assert cells(cache)[:3] == [E, E, (2, (0,))]
+    cache.seq_rm(0, 4, -1)  # [4, +inf)
+    assert (cache.seq_pos_min(0), cache.seq_pos_max(0)) == (2, 3)
+    assert stream(cache).head == 0
+
+
+@pytest.mark.invariant("KV-014")
+@pytest.mark.requires("kv.cache")
+def test_seq_rm_keeps_cells_shared_with_other_sequences(cache: Any) -> None:
+    cache.seq_cp(0, 1, 0, 3)
+    head = stream(cache).head
+    cache.seq_rm(0, -1, -1)
+    assert cells(cache)[:6] == [(0, (1,)), (1, (1,)), (2, (1,)), E, E, E]
+    assert stream(cache).head == min(head, 3)
+    assert cache.seq_pos_max(0) == -1 and cache.seq_pos_max(1) == 2
+
+
+@pytest.mark.invariant("KV-014")
+@pytest.mark.requires("kv.cache")
+def test_seq_rm_all_sequences_in_every_stream(target: Any) -> None:
+    c = target.new_kv_cache(kv_size=8, n_seq_max=2)
+    place_run(c, 0, 0, 4)
+    place_run(c, 1, 0, 3)
+    assert c.seq_rm(-1, 1, 3) is True
+    assert cells(c, 0)[:4] == [(0, (0,)), E, E, (3, (0,))]
+    assert cells(c, 1)[:3] == [(0, (1,)), E, E]
+    assert (stream(c, 0).head, stream(c, 1).head) == (1, 1)
+
+
+@pytest.mark.invariant("KV-013")
+@pytest.mark.requires("kv.cache")
+@pytest.mark.parametrize(
+    "op",
+    [
+        ("seq_rm", 0, 4, 2),
+        ("seq_rm", -1, 3, 3),
+        ("seq_cp", 0, 1, 5, 1),
+        ("seq_add", 0, 4, 2, 3),
+        ("seq_add", 0, 3, 3, -2),
+        ("seq_div", 0, 5, 1, 2),
+    ],
+)
+def test_reversed_or_empty_range_changes_nothing(cache: Any, op: tuple[Any, ...]) -> None:
+    before = state_tuple(cache.state())
+    name, *args = op
+    result = getattr(cache, name)(*args)
+    if name == "seq_rm":
+        assert result is True
+    assert state_tuple(cache.state()) == before
+
+
+@pytest.mark.invariant("KV-015")
+@pytest.mark.requires("kv.cache")
+def test_seq_cp_same_stream_shares_cells(cache: Any) -> None:
+    cache.seq_cp(0, 2, 1, 4)
+    assert cells(cache)[:6] == [
+        (0, (0,)),
+        (1, (0, 2)),
+        (2, (0, 2)),
+        (3, (0, 2)),
+        (4, (0,)),
+        (5, (0,)),
+    ]
+    assert (cache.seq_pos_min(2), cache.seq_pos_max(2)) == (1, 3)
+    before = state_tuple(cache.state())
+    cache.seq_cp(0, 2, 0, -1)  # cells 1..3 already hold 2: unchanged, the others gain it
+    cache.seq_cp(0, 0, -1, -1)  # src == dst: nothing
+    assert cells(cache)[0] == (0, (0, 2)) and cells(cache)[5] == (5, (0, 2))
+    assert state_tuple(cache.state()) != before
+    cache.seq_rm(2, 0, 1)
+    assert cache.seq_pos_min(2) == 1  # one cell per position, no double count
+
+
+@pytest.mark.invariant("KV-016")
+@pytest.mark.requires("kv.cache")
+def test_seq_cp_across_streams_full_range(target: Any) -> None:
+    c = target.new_kv_cache(kv_size=8, n_seq_max=3)
+    place_run(c, 0, 0, 4)
+    place_run(c, 2, 0, 2)
+    c.seq_rm(0, 1, 2)
+    c.seq_add(0, 2, -1, 1)  # cells 2, 3 -> positions 3, 4 with pending shift 1
+    c.seq_cp(0, 2, -1, -1)
+    s0, s2 = stream(c, 0), stream(c, 2)
+    assert cells(c, 2)[:4] == [(0, (2,)), E, (3, (2,)), (4, (2,))]
+    assert s2.shift[:4] == s0.shift[:4] == (0, 0, 1, 1)
+    assert s2.head == s0.head
+    assert s2.has_shift is True
+    assert tuple(c.state().pending_copies) == ((0, 2),)
+    assert c.update().copied == ((0, 2),)
+    assert tuple(c.state().pending_copies) == ()
+
+
+@pytest.mark.invariant("KV-016")
+@pytest.mark.requires("kv.cache")
+@pytest.mark.parametrize(
+    ("p0", "p1", "full"),
+    [(0, -1, True), (-1, 0, True), (7, 8, True), (0, 7, True), (1, -1, False), (0, 6, False)],
+)
+def test_seq_cp_across_streams_needs_full_range(target: Any, p0: int, p1: int, full: bool) -> None:
+    c = target.new_kv_cache(kv_size=8, n_seq_max=2)
+    place_run(c, 0, 0, 3)
+    if full:
+        c.seq_cp(0, 1, p0, p1)
+        assert c.seq_pos_max(1) == 2
+    else:
+        err = expect_code(c, "KV_CROSS_STREAM_PARTIAL", c.seq_cp, 0, 1, p0, p1)
+        assert err.seq_id == 1
+
+
+@pytest.mark.invariant("KV-017")
+@pytest.mark.requires("kv.cache")
+def test_seq_keep_drops_other_sequences(cache: Any) -> None:
+    cache.seq_cp(0, 1, 2, 4)
+    place_tokens(cache, [(0, [3]), (1, [3])])
+    cache.seq_rm(0, 0, 2)
+    assert stream(cache).head == 0
+    place_tokens(cache, [(9, [2])])  # head -> 1
+    cache.seq_keep(1)
+    assert cells(cache)[:8] == [E, E, (2, (1,)), (3, (1,)), E, E, E, E]
+    assert stream(cache).head == 0
+    assert [cache.seq_pos_max(s) for s in range(4)] == [-1, 3, -1, -1]
+
+
+@pytest.mark.invariant("KV-017")
+@pytest.mark.requires("kv.cache")
+def test_seq_keep_leaves_other_streams(target: Any) -> None:
+    c = target.new_kv_cache(kv_size=8, n_seq_max=2)
+    place_run(c, 0, 0, 2)
+    place_run(c, 1, 0, 3)
+    c.seq_keep(0)
+    assert c.seq_pos_max(1) == 2 and c.seq_pos_max(0) == 1
+
+
+@pytest.mark.invariant("KV-018")
+@pytest.mark.requires("kv.cache")
+def test_seq_add_shifts_all_sharing_sequences_and_evicts_negative(cache: Any) -> None:
+    cache.seq_cp(0, 1, 0, 2)
+    cache.seq_add(0, 0, 4, -2)  # 0, 1 -> negative (emptied); 2, 3 -> 0, 1
+    assert cells(cache)[:6] == [E, E, (0, (0,)), (1, (0,)), (4, (0,)), (5, (0,))]
+    assert stream(cache).shift[:6] == (0, 0, -2, -2, 0, 0)
+    assert stream(cache).head == 0  # lowest emptied cell
+    assert cache.seq_pos_max(1) == -1  # its shared cells went with them
+    cache.seq_add(0, 4, -1, 10)  # nothing emptied: head restarts at 0
+    assert cells(cache)[4:6] == [(14, (0,)), (15, (0,))]
+    assert stream(cache).head == 0
+    assert stream(cache).has_shift is True
+
+
+@pytest.mark.invariant("KV-018")
+@pytest.mark.requires("kv.cache")
+def test_seq_add_zero_is_a_no_op(cache: Any) -> None:
+    before = state_tuple(cache.state())
+    cache.seq_add(0, -1, -1, 0)
+    assert state_tuple(cache.state()) == before
+
+
+@pytest.mark.invariant("KV-018")
+@pytest.mark.requires("kv.cache")
+def test_seq_add_head_moves_to_first_emptied_cell(cache: Any) -> None:
+    cache.seq_rm(0, 0, 1)
+    place_tokens(cache, [(0, [1])])  # cell 0 for seq 1; head 1
+    cache.seq_add(0, 2, 5, -3)  # positions 2 -> -1 (cell 2 emptied), 3 -> 0, 4 -> 1
+    assert stream(cache).head == 2
+    assert cells(cache)[:6] == [(0, (1,)), (1, (0,)), E, (0, (0,)), (1, (0,)), (5, (0,))]
+    assert cache.seq_pos_min(0) == 0 and cache.seq_pos_max(0) == 5
+
+
+@pytest.mark.invariant("KV-019", "KV-025")
+@pytest.mark.requires("kv.cache")
+def test_seq_div_shift_sign(target: Any) -> None:
+    """Decision D1: pos 7, d = 2 -> pos 3 with pending shift -4 (llama.cpp: +4)."""
+    c = target.new_kv_cache(kv_size=8)
+    place_run(c, 0, 4, 4)  # positions 4..7
+    c.seq_div(0, -1, -1, 2)
+    s = stream(c)
+    assert s.pos[:4] == (2, 2, 3, 3)
+    assert s.shift[:4] == (-2, -3, -3, -4)
+    assert all(p - sh == 4 + i for i, (p, sh) in enumerate(zip(s.pos[:4], s.shift[:4])))
+    assert (c.seq_pos_min(0), c.seq_pos_max(0)) == (2, 3)
+    c.seq_rm(0, 3, 4)
+    assert c.seq_pos_max(0) == 2  # both cells at 3 went; the two at 2 remain
+
+
+@pytest.mark.invariant("KV-019")
+@pytest.mark.requires("kv.cache")
+def test_seq_div_range_head_and_bad_divisor(cache: Any) -> None:
+    head = stream(cache).head
+    cache.seq_div(0, 2, 5, 2)  # 2,3,4 -> 1,1,2
+    assert stream(cache).pos[:6] == (0, 1, 1, 1, 2, 5)
+    assert stream(cache).head == head
+    before = state_tuple(cache.state())
+    cache.seq_div(0, -1, -1, 1)
+    assert state_tuple(cache.state()) == before
+    for d in (0, -2):
+        expect_code(cache, "KV_DIVISOR", cache.seq_div, 0, -1, -1, d)
+
+
+@pytest.mark.invariant("KV-020")
+@pytest.mark.requires("kv.cache")
+def test_shifts_refused_for_mrope(target: Any) -> None:
+    c = target.new_kv_cache(kv_size=8, n_pos_per_embd=4)
+    place_run(c, 0, 0, 2)
+    expect_code(c, "KV_SHIFT_UNSUPPORTED", c.seq_add, 0, -1, -1, 1)
+    expect_code(c, "KV_SHIFT_UNSUPPORTED", c.seq_div, 0, -1, -1, 2)
+
+
+@pytest.mark.invariant("KV-021")
+@pytest.mark.requires("kv.cache")
+def test_clear_resets_cells_heads_and_flags_but_keeps_scheduled_copies(target: Any) -> None:
+    c = target.new_kv_cache(kv_size=8, n_seq_max=2)
+    place_run(c, 0, 0, 3)
+    c.seq_add(0, -1, -1, 2)
+    c.seq_cp(0, 1, -1, -1)
+    c.clear()
+    for s in c.state().streams:
+        assert set(s.pos) == {-1} and s.head == 0 and s.used == 0 and s.has_shift is False
+    assert tuple(c.state().pending_copies) == ((0, 1),)
+
+
+@pytest.mark.invariant("KV-003")
+@pytest.mark.requires("kv.cache")
+@pytest.mark.parametrize(
+    ("config", "n_stream", "valid", "invalid"),
+    [
+        ({"kv_size": 8, "n_seq_max": 1}, 1, [0, 255], [256, -1]),
+        ({"kv_size": 8, "n_seq_max": 3, "unified": True}, 1, [0, 200], [256]),
+        ({"kv_size": 8, "n_seq_max": 3}, 3, [0, 2], [3, 255, -5]),
+    ],
+)
+def test_streams_and_sequence_ids(
+    target: Any, config: dict[str, Any], n_stream: int, valid: list[int], invalid: list[int]
+) -> None:
+    c = target.new_kv_cache(**config)
+    assert len(c.state().streams) == n_stream
+    for s in valid:
+        assert c.seq_pos_max(s) == -1
+        c.seq_keep(s)
+    for s in invalid:
+        err = expect_code(c, "KV_SEQ_ID_RANGE", c.seq_pos_min, s)
+        assert err.seq_id == s
+        expect_code(c, "KV_SEQ_ID_RANGE", c.seq_cp, 0, s, -1, -1)
+    expect_code(c, "KV_SEQ_ID_RANGE", c.seq_rm, -2, -1, -1)
+    assert c.seq_rm(-1, -1, -1) is True

@@ -1,0 +1,274 @@
+"""Memories by kind (kv, iswa, recurrent, hybrid): update statuses, the split each init_batch
+uses, FAILED_PREPARE with nothing changed, batch contexts, and the recurrent / hybrid / iSWA
+rules. Batches go through the target's own sanitizer and splitter (batch area)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance.strategies.kv import RecordingSplitter
+from reference_impl.batch.types import Batch
+
+SUCCESS, NO_UPDATE, FAILED_PREPARE = 0, 1, 2
+N_VOCAB = 32
+NEEDS = ("memory.kinds", "batch.sanitize", "batch.split")
+
+
+def splitter(
+    target: Any,
+    mem: Any,
+    seq_ids: list[list[int]],
+    *,
+    n_seq_max: int,
+    embd_all: bool = False,
+) -> RecordingSplitter:
+    """A recording splitter over a token batch (positions continue each sequence)."""
+    batch = Batch.from_lists([1] * len(seq_ids), seq_ids=seq_ids)
+    sb = target.batch_sanitize(
+        batch, n_vocab=N_VOCAB, n_seq_max=n_seq_max, memory=mem, output_all=embd_all
+    )
+    return RecordingSplitter(target.batch_splitter(sb))
+
+
+def decode(target: Any, mem: Any, seq_ids: list[list[int]], n_seq_max: int, n_ubatch: int) -> Any:
+    """init_batch + apply every ubatch; returns the context."""
+    ctx = mem.init_batch(splitter(target, mem, seq_ids, n_seq_max=n_seq_max), n_ubatch, False)
+    assert ctx.get_status() == SUCCESS
+    while True:
+        assert ctx.apply()
+        if not ctx.next():
+            return ctx
+
+
+# -------------------------------------------------------------------------------- updates
+
+
+@pytest.mark.invariant("MEM-004")
+@pytest.mark.requires(*NEEDS)
+def test_kv_update_status(target: Any) -> None:
+    mem = target.new_memory("kv", kv_size=16, n_seq_max=2)
+    decode(target, mem, [[0], [0], [1]], 2, 8)
+    for optimize in (False, True):
+        assert mem.init_update(optimize).get_status() == NO_UPDATE
+    mem.seq_add(0, -1, -1, 3)
+    ctx = mem.init_update(False)
+    assert ctx.get_status() == SUCCESS
+    ctx.apply()
+    assert mem.init_update(True).get_status() == NO_UPDATE
+    mem.seq_cp(0, 1, -1, -1)  # a stream copy is scheduled
+    ctx = mem.init_update(False)
+    assert ctx.get_status() == SUCCESS
+    ctx.apply()
+    assert mem.init_update(False).get_status() == NO_UPDATE
+    assert (mem.seq_pos_min(1), mem.seq_pos_max(1)) == (3, 4)
+
+
+@pytest.mark.invariant("MEM-005")
+@pytest.mark.requires(*NEEDS)
+def test_composite_update_status(target: Any) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[0], [0]], 2, 8)
+    rec.seq_add(0, -1, -1, 2)
+    assert rec.init_update(True).get_status() == NO_UPDATE
+    assert rec.seq_pos_max(0) == 3
+    for kind, extra in (("hybrid", {}), ("iswa", {"n_swa": 4, "swa_type": 1})):
+        mem = target.new_memory(kind, kv_size=16, n_seq_max=1, **extra)
+        decode(target, mem, [[0], [0], [0]], 1, 8)
+        assert mem.init_update(False).get_status() == NO_UPDATE
+        mem.seq_add(0, 1, -1, 5)
+        ctx = mem.init_update(False)
+        assert ctx.get_status() == SUCCESS, kind
+        ctx.apply()
+        assert mem.init_update(False).get_status() == NO_UPDATE, kind
+
+
+# -------------------------------------------------------------------------------- splits
+
+U = 4
+TWO_SEQS = [[0], [1], [0], [1], [0], [1]]
+
+SPLIT_TABLE = [
+    ("kv", {"kv_size": 32, "n_seq_max": 2, "unified": True}, False, [("split_simple", U)]),
+    ("kv", {"kv_size": 32, "n_seq_max": 2}, False, [("split_equal", U, True, 0)]),
+    ("kv", {"kv_size": 32, "n_seq_max": 2}, True, [("split_equal", U, True, 0)]),
+    (
+        "iswa",
+        {"kv_size": 32, "n_seq_max": 2, "unified": True, "n_swa": 2, "swa_type": 1},
+        False,
+        [("split_simple", U)],
+    ),
+    (
+        "iswa",
+        {"kv_size": 32, "n_seq_max": 2, "n_swa": 2, "swa_type": 1},
+        False,
+        [("split_equal", U, True, 0)],
+    ),
+    ("recurrent", {"n_seq_max": 2}, False, [("split_equal", U, True, 0)]),
+    ("recurrent", {"n_seq_max": 2, "n_rs_seq": 2}, False, [("split_equal", U, True, 3)]),
+    ("recurrent", {"n_seq_max": 2, "n_rs_seq": 2}, True, [("split_seq", U)]),
+    (
+        "hybrid",
+        {"kv_size": 32, "n_seq_max": 2, "unified": True},
+        False,
+        [("split_equal", U, False, 0)],
+    ),
+    (
+        "hybrid",
+        {"kv_size": 32, "n_seq_max": 2, "n_rs_seq": 1},
+        False,
+        [("split_equal", U, True, 2)],
+    ),
+    ("hybrid", {"kv_size": 32, "n_seq_max": 2}, True, [("split_seq", U)]),
+]
+
+
+@pytest.mark.invariant("MEM-007", "MEM-008")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize(("kind", "config", "embd_all", "calls"), SPLIT_TABLE)
+def test_split_per_memory_kind(
+    target: Any, kind: str, config: dict[str, Any], embd_all: bool, calls: list[tuple[Any, ...]]
+) -> None:
+    mem = target.new_memory(kind, **config)
+    sp = splitter(target, mem, TWO_SEQS, n_seq_max=2, embd_all=embd_all)
+    ctx = mem.init_batch(sp, U, embd_all)
+    assert ctx.get_status() == SUCCESS
+    assert sp.methods() == calls
+    assert sp.calls[0] == ("split_reset",)
+    # the context holds exactly what the split produced, in order, covering every token once
+    idxs = sorted(int(i) for ub in ctx.ubatches for i in ub.idxs)
+    assert idxs == list(range(len(TWO_SEQS)))
+
+
+@pytest.mark.invariant("MEM-007", "MEM-008")
+@pytest.mark.requires(*NEEDS)
+def test_iswa_falls_back_to_equal_split(target: Any) -> None:
+    """One stream, caches nearly full: the simple split fails its slot search, then the
+    non-sequential equal split is tried before FAILED_PREPARE."""
+    mem = target.new_memory(
+        "iswa", kv_size=256, n_seq_max=2, unified=True, n_swa=300, swa_type=1, swa_full=True
+    )
+    decode(target, mem, [[0]] * 250, 2, 256)
+    before = (mem.seq_pos_max(0), mem.seq_pos_max(1))
+    sp = splitter(target, mem, TWO_SEQS + TWO_SEQS, n_seq_max=2)
+    ctx = mem.init_batch(sp, U, False)
+    assert ctx.get_status() == FAILED_PREPARE
+    assert sp.methods() == [("split_simple", U), ("split_equal", U, False, 0)]
+    assert (mem.seq_pos_max(0), mem.seq_pos_max(1)) == before
+
+
+@pytest.mark.invariant("MEM-008")
+@pytest.mark.requires(*NEEDS)
+def test_batch_that_does_not_fit(target: Any) -> None:
+    mem = target.new_memory("kv", kv_size=8)
+    decode(target, mem, [[0]] * 5, 1, 8)
+    before = mem.state()
+    ctx = mem.init_batch(splitter(target, mem, [[0]] * 4, n_seq_max=1), 2, False)
+    assert ctx.get_status() == FAILED_PREPARE
+    assert mem.state() == before
+    ctx = mem.init_batch(splitter(target, mem, [[0]] * 3, n_seq_max=1), 2, False)
+    assert ctx.get_status() == SUCCESS
+    assert mem.state() == before  # planning changes nothing
+
+
+@pytest.mark.invariant("MEM-008")
+@pytest.mark.requires(*NEEDS)
+def test_unplaced_tokens_fail_the_batch(target: Any) -> None:
+    """A coupled token cannot go through a sequential equal split (recurrent memory)."""
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[0], [1]], 2, 4)
+    before = rec.state()
+    sp = splitter(target, rec, [[0, 1], [0]], n_seq_max=2)
+    ctx = rec.init_batch(sp, 4, False)
+    assert ctx.get_status() == FAILED_PREPARE
+    assert sp.n_used < sp.n_tokens
+    assert rec.state() == before
+
+
+# -------------------------------------------------------------------------------- contexts
+
+
+@pytest.mark.invariant("MEM-009")
+@pytest.mark.requires(*NEEDS)
+def test_batch_context_walk(target: Any) -> None:
+    mem = target.new_memory("kv", kv_size=300)
+    ctx = mem.init_batch(splitter(target, mem, [[0]] * 6, n_seq_max=1), 4, False)
+    assert ctx.get_status() == SUCCESS
+    assert [ub.n_tokens for ub in ctx.ubatches] == [4, 2]
+    assert ctx.get_ubatch() is ctx.ubatches[0]
+    assert mem.seq_pos_max(0) == -1  # nothing placed yet
+    assert ctx.apply()
+    assert mem.seq_pos_max(0) == 3 and ctx.n_kv == 256
+    assert ctx.next() is True and ctx.get_ubatch() is ctx.ubatches[1]
+    assert ctx.apply()
+    assert mem.seq_pos_max(0) == 5
+    assert ctx.next() is False
+    full = mem.init_full()
+    assert full.get_status() == SUCCESS and full.n_kv == 300
+
+
+# -------------------------------------------------------------------------------- recurrent
+
+
+@pytest.mark.invariant("MEM-012")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_one_state_per_sequence(target: Any) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=3)
+    decode(target, rec, [[2], [0], [1], [2], [0], [1], [0]], 3, 8)
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [(2, 2), (1, 1), (1, 1)]
+    st = rec.state()
+    assert len(st.cells) == 3
+    assert sorted(c[3] for c in st.cells) == [(0,), (1,), (2,)]
+    assert rec.init_full().get_status() == SUCCESS
+
+
+@pytest.mark.invariant("MEM-013")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_rm_rules(target: Any) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=2, n_rs_seq=2)
+    decode(target, rec, [[0]] * 5, 2, 8)  # state of seq 0 at position 4
+    assert rec.seq_rm(2, -1, -1) is False
+    assert rec.seq_rm(-1, -1, -1) is False
+    assert rec.seq_rm(0, 1, -1) is False  # 4 positions back: more than n_rs_seq
+    assert rec.seq_pos_max(0) == 4
+    assert rec.seq_rm(0, 3, -1) is True  # roll back 2 positions
+    assert rec.seq_pos_max(0) == 2
+    assert rec.seq_rm(0, 2, -1) is False  # a rollback is already pending
+    assert rec.seq_rm(0, 0, -1) is True
+    assert rec.seq_pos_max(0) == -1
+    plain = target.new_memory("recurrent", n_seq_max=1)
+    decode(target, plain, [[0]] * 3, 1, 8)
+    assert plain.seq_rm(0, 2, -1) is False and plain.seq_pos_max(0) == 2
+
+
+# -------------------------------------------------------------------------------- hybrid, iSWA
+
+
+@pytest.mark.invariant("MEM-014")
+@pytest.mark.requires(*NEEDS)
+def test_hybrid_asks_the_recurrent_part_first(target: Any) -> None:
+    mem = target.new_memory("hybrid", kv_size=16, n_seq_max=1)
+    decode(target, mem, [[0]] * 5, 1, 8)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (4, 4)  # max of mins, min of maxes
+    assert mem.seq_rm(0, 2, -1) is False
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (4, 4)
+    mem.seq_rm(0, -1, -1)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (-1, -1)
+    assert mem.seq_rm(3, -1, -1) is False
+
+
+@pytest.mark.invariant("MEM-015")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize(("swa_full", "pos_min"), [(True, 0), (False, 44)])
+def test_iswa_window_cache_size(target: Any, swa_full: bool, pos_min: int) -> None:
+    """Window 4, n_ubatch 8: the window cache has 256 cells (not 1024) unless swa_full, so
+    300 tokens wrap around it and the oldest 44 positions are purged from it."""
+    mem = target.new_memory(
+        "iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=8, swa_full=swa_full
+    )
+    decode(target, mem, [[0]] * 300, 1, 8)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (pos_min, 299)
+    mem.seq_rm(0, 100, -1)
+    mem.seq_add(0, -1, -1, 1)
+    assert mem.seq_pos_max(0) == 100

@@ -1,0 +1,289 @@
+"""KV cache mutants: the reference with one deliberate defect each (see tests/meta)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.mutants import Mutant, replace
+
+
+def _prepare_keeps_changes(target: Any) -> Any:
+    from reference_impl.kv.cache import KVCache
+
+    def prepare(self: KVCache, ubatches: Any) -> Any:
+        out = []
+        for ub in ubatches:
+            sinfo = self.find_slot(ub)
+            if sinfo is None:
+                return None
+            out.append(sinfo)
+            self.apply_ubatch(sinfo, ub)  # never restored
+        return out
+
+    KVCache.prepare = prepare  # type: ignore[method-assign]
+    return target
+
+
+def _prepare_restores_slot_cells_only(target: Any) -> Any:
+    """llama.cpp's prepare: cells purged outside the slots stay purged (decision D2)."""
+    from reference_impl.kv.cache import KVCache
+
+    def prepare(self: KVCache, ubatches: Any) -> Any:
+        undos = []
+        out = []
+        ok = True
+        for ub in ubatches:
+            sinfo = self.find_slot(ub)
+            if sinfo is None:
+                ok = False
+                break
+            out.append(sinfo)
+            undo = self.apply_ubatch(sinfo, ub)
+            slot_cells = set(sinfo.token_cells())
+            undo.cells = {k: v for k, v in undo.cells.items() if k in slot_cells}
+            undos.append(undo)
+        for undo in reversed(undos):
+            self.restore(undo)
+        return out if ok else None
+
+    KVCache.prepare = prepare  # type: ignore[method-assign]
+    return target
+
+
+def _seq_add_keeps_negative(target: Any) -> Any:
+    from reference_impl.kv.cells import KVCells
+
+    def pos_add(self: KVCells, i: int, d: int) -> bool:
+        self._touch(i)
+        p_old = int(self.pos[i])
+        m = self.seq[i]
+        self._index_remove(i, p_old, m)
+        p_new = p_old + d
+        self.has_shift = True
+        if p_new == -1:
+            p_new = -2  # keep the cell, even with a negative position
+        self.pos[i] = p_new
+        self.shift[i] += d
+        self._index_add(i, p_new, m)
+        return False
+
+    KVCells.pos_add = pos_add  # type: ignore[method-assign]
+    return target
+
+
+def _cross_stream_partial(target: Any) -> Any:
+    replace("reference_impl.kv.cache", "is_full_range", lambda p0, p1, size: True)
+    return target
+
+
+def _swa_edge(target: Any) -> Any:
+    from reference_impl.kv import swa
+
+    scalar, array = swa.is_masked_swa, swa.is_masked_swa_array
+
+    def is_masked(n_swa: int, swa_type: int, p0: int, p1: int) -> bool:
+        if swa_type == swa.SWAType.STANDARD:
+            return p1 - p0 > n_swa
+        return scalar(n_swa, swa_type, p0, p1)
+
+    def is_masked_array(n_swa: int, swa_type: int, p0: Any, p1: Any) -> Any:
+        if swa_type == swa.SWAType.STANDARD:
+            return (np.asarray(p1) - np.asarray(p0)) > n_swa
+        return array(n_swa, swa_type, p0, p1)
+
+    replace("reference_impl.kv.swa", "is_masked_swa", is_masked)
+    replace("reference_impl.kv.swa", "is_masked_swa_array", is_masked_array)
+    return target
+
+
+def _restore_keeps_head(target: Any) -> Any:
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.restore
+
+    def restore(self: KVCache, undo: Any) -> None:
+        heads = list(self.heads)
+        original(self, undo)
+        self.heads[:] = heads
+
+    KVCache.restore = restore  # type: ignore[method-assign]
+    return target
+
+
+def _seq_keep_leaves_shared(target: Any) -> Any:
+    from reference_impl.kv.cells import KVCells
+
+    def seq_keep(self: KVCells, i: int, s: int) -> bool:
+        m = self.seq[i]
+        if (m >> s) & 1:
+            return False  # other sequences stay in the shared cell
+        if m:
+            self.rm(i)
+            return True
+        return False
+
+    KVCells.seq_keep = seq_keep  # type: ignore[method-assign]
+    return target
+
+
+def _seq_div_llama_sign(target: Any) -> Any:
+    replace("reference_impl.kv.cells", "shift_delta_div", lambda p_old, p_new: p_old - p_new)
+    return target
+
+
+def _n_kv_unpadded(target: Any) -> Any:
+    from reference_impl.kv.cache import KVCache
+
+    def get_n_kv(self: KVCache, sinfo: Any) -> int:
+        return max(self.cells[st].used_max_p1() for st in sinfo.strm)
+
+    KVCache.get_n_kv = get_n_kv  # type: ignore[method-assign]
+    return target
+
+
+def _mask_causal_edge(target: Any) -> Any:
+    """A query no longer sees its own position (p0 == p1 masked)."""
+    from reference_impl.kv import mask
+
+    original = mask.build_kq_mask
+
+    def build(cache: Any, ubatch: Any, n_kv: int, **kw: Any) -> Any:
+        out = original(cache, ubatch, n_kv, **kw)
+        if not kw.get("causal_attn", True):
+            return out
+        n = ubatch.n_tokens
+        rows = out.reshape(n, n_kv)
+        for i in range(n):
+            q = int(ubatch.seq_id[i, 0])
+            cells = cache.cells[cache.seq_to_stream[q]]
+            same = np.flatnonzero(cells.pos[:n_kv] == ubatch.pos[i])
+            rows[i, same.tolist()] = float("-inf")
+        return out
+
+    replace("reference_impl.kv.mask", "build_kq_mask", build)
+    return target
+
+
+def _seq_rm_keeps_head(target: Any) -> Any:
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.seq_rm
+
+    def seq_rm(self: KVCache, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        heads = list(self.heads)
+        out = original(self, seq_id, p0, p1)
+        self.heads[:] = heads
+        return out
+
+    KVCache.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
+def _no_head_restart(target: Any) -> Any:
+    """find_slot always scans from the head (llama.cpp restarts at 0 when the head is far)."""
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.find_slot
+
+    def find_slot(self: KVCache, ubatch: Any, cont: bool = False) -> Any:
+        saved = [c.get_used for c in self.cells]
+        for c in self.cells:
+            c.get_used = lambda: 1 << 30  # type: ignore[method-assign]
+        try:
+            return original(self, ubatch, cont)
+        finally:
+            for c, f in zip(self.cells, saved):
+                c.get_used = f  # type: ignore[method-assign]
+
+    KVCache.find_slot = find_slot  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS = [
+    Mutant(
+        "kv-prepare-mutates",
+        "kv_cache",
+        "prepare applies the ubatches for real and never restores the cells",
+        ("KV-008",),
+        _prepare_keeps_changes,
+    ),
+    Mutant(
+        "kv-prepare-purge-leaks",
+        "kv_cache",
+        "prepare restores only the slot cells, so sliding-window purges survive (llama.cpp quirk)",
+        ("KV-008",),
+        _prepare_restores_slot_cells_only,
+    ),
+    Mutant(
+        "kv-seq-add-keeps-negative",
+        "kv_cache",
+        "seq_add keeps cells whose new position is negative",
+        ("KV-018",),
+        _seq_add_keeps_negative,
+    ),
+    Mutant(
+        "kv-cross-stream-partial-copy",
+        "kv_cache",
+        "seq_cp across streams accepts a partial range",
+        ("KV-016",),
+        _cross_stream_partial,
+    ),
+    Mutant(
+        "kv-swa-edge-off-by-one",
+        "kv_cache",
+        "the standard window keeps a key exactly n_swa positions back (> instead of >=)",
+        ("KV-022", "KV-005", "KV-023"),
+        _swa_edge,
+    ),
+    Mutant(
+        "kv-restore-keeps-head",
+        "kv_cache",
+        "restoring an applied ubatch leaves the stream heads where the apply put them",
+        ("KV-010",),
+        _restore_keeps_head,
+    ),
+    Mutant(
+        "kv-seq-keep-leaves-shared",
+        "kv_cache",
+        "seq_keep leaves the other sequences in cells shared with the kept one",
+        ("KV-017",),
+        _seq_keep_leaves_shared,
+    ),
+    Mutant(
+        "kv-seq-div-llama-sign",
+        "kv_cache",
+        "seq_div accumulates old - new into the pending shift (llama.cpp sign)",
+        ("KV-019", "KV-025"),
+        _seq_div_llama_sign,
+    ),
+    Mutant(
+        "kv-n-kv-unpadded",
+        "kv_cache",
+        "get_n_kv returns used_max_p1 without padding to 256",
+        ("KV-011",),
+        _n_kv_unpadded,
+    ),
+    Mutant(
+        "kv-mask-causal-edge",
+        "kv_cache",
+        "the causal mask hides keys at the query's own position",
+        ("KV-023",),
+        _mask_causal_edge,
+    ),
+    Mutant(
+        "kv-seq-rm-keeps-head",
+        "kv_cache",
+        "seq_rm does not move the head back to the first freed cell",
+        ("KV-014",),
+        _seq_rm_keeps_head,
+    ),
+    Mutant(
+        "kv-no-head-restart",
+        "kv_cache",
+        "find_slot never restarts the search at cell 0 when the head is far past the used cells",
+        ("KV-005",),
+        _no_head_restart,
+    ),
+]

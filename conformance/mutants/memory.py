@@ -1,0 +1,210 @@
+"""Memory-coordinator mutants: the reference with one deliberate defect each (see tests/meta)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.mutants import Mutant, replace
+
+
+def _combine_second_first(target: Any) -> Any:
+    from reference_impl.memory import status as st
+
+    def combine(s0: Any, s1: Any) -> Any:
+        if st.status_is_fail(s1):
+            return s1
+        if st.status_is_fail(s0):
+            return s0
+        return (
+            st.MemoryStatus.SUCCESS
+            if st.MemoryStatus.SUCCESS in (s0, s1)
+            else st.MemoryStatus.NO_UPDATE
+        )
+
+    replace("reference_impl.memory.status", "status_combine", combine)
+    replace("reference_impl.memory.kv", "status_combine", combine)
+    return target
+
+
+def _no_slot_is_fatal(target: Any) -> Any:
+    from reference_impl.memory import status as st
+
+    original = st.init_batch_decode_code
+
+    def code(s: Any) -> int:
+        return st.DECODE_FATAL if s == st.MemoryStatus.FAILED_PREPARE else original(s)
+
+    replace("reference_impl.memory.status", "init_batch_decode_code", code)
+    return target
+
+
+def _retry_twice(target: Any) -> Any:
+    replace("reference_impl.memory.coordinator", "retry_after_optimize", lambda n: n <= 2)
+    return target
+
+
+def _retry_without_update(target: Any) -> Any:
+    """Retries init_batch after a failed prepare even when the optimizing update did nothing."""
+    from reference_impl.memory.coordinator import MemoryCoordinator
+
+    original = MemoryCoordinator.update
+
+    def update(self: Any, optimize: bool) -> bool:
+        applied = original(self, optimize)
+        return True if optimize else applied
+
+    MemoryCoordinator.update = update  # type: ignore[method-assign]
+    return target
+
+
+def _kv_update_always(target: Any) -> Any:
+    from reference_impl.memory import kv
+    from reference_impl.memory.status import MemoryStatus
+
+    original = kv.KVUpdateContext.__init__
+
+    def init(self: Any, cache: Any, k_shift_fn: Any) -> None:
+        original(self, cache, k_shift_fn)
+        self.status = MemoryStatus.SUCCESS
+
+    kv.KVUpdateContext.__init__ = init  # type: ignore[method-assign]
+    return target
+
+
+def _rollback_first_seq(target: Any) -> Any:
+    """llama.cpp's rule: only each token's first sequence id is rolled back."""
+
+    def positions(ubatch: Any) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for i in range(ubatch.n_tokens):
+            s, p = int(ubatch.seq_id[i, 0]), ubatch.pos_of(i)
+            out[s] = min(out.get(s, p), p)
+        return out
+
+    replace("reference_impl.memory.coordinator", "rollback_positions", positions)
+    return target
+
+
+def _update_ignores_status(target: Any) -> Any:
+    from reference_impl.memory.coordinator import MemoryCoordinator
+
+    def update(self: Any, optimize: bool) -> bool:
+        ctx = self.memory.init_update(optimize)
+        ctx.apply()
+        return bool(ctx.get_status() == 0)
+
+    MemoryCoordinator.update = update  # type: ignore[method-assign]
+    return target
+
+
+def _kv_uses_equal_split(target: Any) -> Any:
+    from reference_impl.memory import base
+
+    def plan_batch(kind: str, *args: Any, **kw: Any) -> Any:
+        return base.plan_batch("recurrent" if kind == "kv" else kind, *args, **kw)
+
+    replace("reference_impl.memory.kv", "plan_batch", plan_batch)
+    return target
+
+
+def _recurrent_partial_rm(target: Any) -> Any:
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.seq_rm
+
+    def seq_rm(self: Any, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        saved = self.n_rs_seq
+        self.n_rs_seq = 1 << 20  # any rollback depth accepted
+        try:
+            return original(self, seq_id, p0, p1)
+        finally:
+            self.n_rs_seq = saved
+
+    RecurrentMemory.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
+def _hybrid_attention_first(target: Any) -> Any:
+    from reference_impl.memory.hybrid import HybridMemory
+
+    def seq_rm(self: Any, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        if seq_id < self.mem_attn.n_seq_max or self.mem_attn.n_stream == 1:
+            self.mem_attn.seq_rm(seq_id, p0, p1)
+        return bool(self.mem_recr.seq_rm(seq_id, p0, p1))
+
+    HybridMemory.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS = [
+    Mutant(
+        "mem-combine-second-first",
+        "memory",
+        "combining statuses reports the second part's failure before the first's",
+        ("MEM-002",),
+        _combine_second_first,
+    ),
+    Mutant(
+        "mem-no-slot-fatal",
+        "memory",
+        "a final FAILED_PREPARE makes decode return -2 instead of 1",
+        ("MEM-003", "MEM-010"),
+        _no_slot_is_fatal,
+    ),
+    Mutant(
+        "mem-retry-twice",
+        "memory",
+        "a failed prepare is retried after optimizing more than once",
+        ("MEM-010",),
+        _retry_twice,
+    ),
+    Mutant(
+        "mem-retry-without-update",
+        "memory",
+        "a failed prepare is retried even when the optimizing update did nothing",
+        ("MEM-010",),
+        _retry_without_update,
+    ),
+    Mutant(
+        "mem-kv-update-always",
+        "memory",
+        "a KV memory reports SUCCESS for init_update with nothing pending",
+        ("MEM-004",),
+        _kv_update_always,
+    ),
+    Mutant(
+        "mem-rollback-first-seq",
+        "memory",
+        "the rollback of a failed ubatch looks only at each token's first sequence (llama.cpp)",
+        ("MEM-011",),
+        _rollback_first_seq,
+    ),
+    Mutant(
+        "mem-update-ignores-status",
+        "memory",
+        "the coordinator applies an update context whatever its status",
+        ("MEM-006",),
+        _update_ignores_status,
+    ),
+    Mutant(
+        "mem-kv-equal-split",
+        "memory",
+        "a single-stream KV memory splits with split_equal instead of split_simple",
+        ("MEM-007",),
+        _kv_uses_equal_split,
+    ),
+    Mutant(
+        "mem-recurrent-partial-rm",
+        "memory",
+        "a recurrent memory accepts rolling back any number of positions",
+        ("MEM-013",),
+        _recurrent_partial_rm,
+    ),
+    Mutant(
+        "mem-hybrid-attention-first",
+        "memory",
+        "a hybrid memory removes from the attention cache even when the recurrent part refuses",
+        ("MEM-014",),
+        _hybrid_attention_first,
+    ),
+]
