@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILE_ENV = "DC_HYPOTHESIS_PROFILE"
 PROFILES = ("ci", "dev", "thorough")
@@ -39,6 +39,15 @@ settings.register_profile(
 )
 
 
+# Mutant runs only need to know *that* a property fails: skip shrinking, which can take tens of
+# seconds per failing test and buys nothing for a verdict.
+settings.register_profile(
+    "mutant",
+    parent=settings.get_profile("ci"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+)
+
+
 def selected_profile() -> str:
     name = os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
     if name not in PROFILES:
@@ -46,7 +55,9 @@ def selected_profile() -> str:
     return name
 
 
-def load() -> str:
+def load(target_spec: str = "") -> str:
     name = selected_profile()
+    if target_spec.startswith("mutant:"):
+        name = "mutant"
     settings.load_profile(name)
     return name

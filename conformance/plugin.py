@@ -94,6 +94,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires(*capabilities): skip unless the target has these capabilities"
     )
+    config.addinivalue_line(
+        "markers",
+        "parity: differential test against llama.cpp (needs the llamacpp extra; nox -s parity)",
+    )
     spec_dir = config.getoption("--spec-dir")
     report_dir = config.getoption("--report-dir")
     only = frozenset(
@@ -109,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--conformance-dir"):
         state.conformance_root = Path(config.getoption("--conformance-dir")).resolve()
     try:
-        state.profile = hypothesis_profiles.load()
+        state.profile = hypothesis_profiles.load(state.target_spec)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_STATE_KEY] = state
