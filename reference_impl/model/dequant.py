@@ -39,7 +39,8 @@ def dequantize_q8_0(raw: np.ndarray, n_values: int) -> np.ndarray:
     if blocks.shape[0] * QK != n_values:
         raise ValueError(f"Q8_0: {blocks.shape[0]} blocks cannot hold {n_values} values")
     qs = blocks[:, 2:].view(np.int8).astype(np.float32)
-    return (qs * _scales(blocks)).reshape(-1)
+    with np.errstate(invalid="ignore"):  # an inf/nan scale gives nan, as in ggml
+        return (qs * _scales(blocks)).reshape(-1)
 
 
 def dequantize_q4_0(raw: np.ndarray, n_values: int) -> np.ndarray:
@@ -51,7 +52,8 @@ def dequantize_q4_0(raw: np.ndarray, n_values: int) -> np.ndarray:
     low = (qs & 0x0F).astype(np.int8) - 8  # values 0..15 of the block
     high = (qs >> 4).astype(np.int8) - 8  # values 16..31
     q = np.concatenate([low, high], axis=1).astype(np.float32)
-    return (q * _scales(blocks)).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        return (q * _scales(blocks)).reshape(-1)
 
 
 def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
