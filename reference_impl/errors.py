@@ -68,3 +68,11 @@ class KernelError(EngineError):
 
 class SamplingError(EngineError):
     """Invalid sampler parameters or candidate arrays."""
+
+
+class DecoderError(EngineError):
+    """A decode that cannot proceed (codes DEC_*): oversized batch, no slot, failed compute..."""
+
+
+class GeneratorError(EngineError):
+    """An invalid generation request or a failed decode during generation (codes GEN_*)."""
