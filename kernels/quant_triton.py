@@ -142,8 +142,10 @@ def ggml_quantize_kernel(x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexp
         first_l = tl.min(tl.where(big_l, j[None, :], 32), axis=1)
         first_h = tl.min(tl.where(big_h, j[None, :] + 16, 32), axis=1)
         first = tl.minimum(first_l, first_h)
-        m = tl.sum(tl.where(j[None, :] == first[:, None], xl, 0.0), axis=1) + tl.sum(
-            tl.where(j[None, :] + 16 == first[:, None], xh, 0.0), axis=1
+        # A max over one selected value and -inf keeps the sign of a -0.0 (a sum would not).
+        m = tl.maximum(
+            tl.max(tl.where(j[None, :] == first[:, None], xl, float("-inf")), axis=1),
+            tl.max(tl.where(j[None, :] + 16 == first[:, None], xh, float("-inf")), axis=1),
         )
         d = tl.math.div_rn(m, -8.0)
         inv = tl.where(d == 0.0, 0.0, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), tl.where(d == 0.0, 1.0, d)))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from conformance.kernels import _oracle
-from kernels.decoupled_cache import DecoupledDims, DecoupledKVCache, NullKV
+from kernels.decoupled_cache import DecoupledDims, NullKV
 
 FUSED_POLICY = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid={resid}"
 NULL_MODES = ("none", "contiguous", "broadcast", "strided")
@@ -112,7 +113,7 @@ class DecoupledCase:
 class DecoupledInputs:
     q_sem: torch.Tensor
     q_geo: torch.Tensor
-    cache: DecoupledKVCache
+    cache: Any  # a DecoupledKVCache (or a target's cache with the same buffers)
     null: NullKV | None
     sem_scale: float
     geo_scale: float
@@ -136,7 +137,7 @@ def _null(case: DecoupledCase, g: torch.Generator) -> NullKV | None:
     return NullKV(ks, kg, vn)
 
 
-def oracle_inputs(cache: DecoupledKVCache, null: NullKV | None) -> _oracle.DecoupledInputs:
+def oracle_inputs(cache: Any, null: NullKV | None) -> _oracle.DecoupledInputs:
     """What the decode must attend, read from the cache buffers with the oracle's dequantizer."""
     n_head = cache.dims.n_head
     parts = []
@@ -165,11 +166,13 @@ def oracle_inputs(cache: DecoupledKVCache, null: NullKV | None) -> _oracle.Decou
     return _oracle.DecoupledInputs(parts[0], parts[1], parts[2], nulls)
 
 
-def build_decoupled(case: DecoupledCase) -> DecoupledInputs:
+def build_decoupled(case: DecoupledCase, target: Any) -> DecoupledInputs:
+    """Inputs of one decode step; the cache is made by ``target.decoupled_cache``."""
     g = _gen(case.seed)
     d = case.dims
     policy = case.policy or FUSED_POLICY.format(resid=case.resid)
-    cache = DecoupledKVCache(policy, d, case.batch, max(case.length, 1) + 8)
+    head_dims = (d.sem_head_dim, d.geo_head_dim, d.v_head_dim)
+    cache = target.decoupled_cache(policy, d.n_head, head_dims, case.batch, max(case.length, 1) + 8)
     if case.length:
         # Per-token magnitudes vary so that the per-block scales differ from token to token.
         def keys(width: int) -> torch.Tensor:

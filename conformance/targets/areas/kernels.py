@@ -18,6 +18,11 @@ Tensors cross the adapter as torch CPU tensors (or the device the target's kerne
     ``triton-2pass``). ``gqa_decode(q, k, v, mask, scale, path, partition_size,
     two_pass_min_tokens=None) -> (out, record)``; ``record.path`` names the path that ran and
     ``record.reason`` why.
+``kernels.decoupled_cache``
+    ``decoupled_cache(policy, n_head, head_dims, batch, max_len)`` -> a cache with
+    ``append(k_sem, k_geo, v)``, ``length``, ``prefix_len``, ``tail_len`` and the buffers of
+    :class:`kernels.decoupled_cache.DecoupledKVCache` (token-major ``[B, L, H·hd]``; per tensor
+    ``codes``/``scales`` or ``buf``, and the fp16 ``ring``), which the oracle reads directly.
 ``kernels.decoupled_decode``
     ``decoupled_decode_paths()`` as above; ``decoupled_decode(q_sem, q_geo, cache, null, path,
     partition_size, sem_scale=None, geo_scale=None, two_pass_min_tokens=None) -> (out,
@@ -41,6 +46,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     ),
     "kernels.policy": ("parse_kv_policy", "format_kv_policy"),
     "kernels.gqa_decode": ("gqa_decode_paths", "gqa_decode"),
+    "kernels.decoupled_cache": ("decoupled_cache",),
     "kernels.decoupled_decode": ("decoupled_decode_paths", "decoupled_decode"),
 }
 
@@ -158,6 +164,20 @@ class Reference:
             trace=trace,
         )
         return out, trace[-1]
+
+    # -- kernels.decoupled_cache -----------------------------------------------------------
+    def decoupled_cache(
+        self,
+        policy: str,
+        n_head: int,
+        head_dims: tuple[int, int, int],
+        batch: int,
+        max_len: int,
+    ) -> Any:
+        from kernels.decoupled_cache import DecoupledDims, DecoupledKVCache
+
+        dims = DecoupledDims(n_head, *head_dims)
+        return DecoupledKVCache(policy, dims, batch, max_len)
 
     # -- kernels.decoupled_decode ----------------------------------------------------------
     def decoupled_decode_paths(self) -> tuple[str, ...]:
