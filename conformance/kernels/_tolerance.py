@@ -46,18 +46,24 @@ def max_abs(ref: object, out: object) -> float:
     return float(np.max(np.abs(r - o))) / max(1.0, float(np.max(np.abs(r))))
 
 
-def assert_close(out: torch.Tensor, ref: object, what: str = "") -> tuple[float, float]:
+LONG_CONTEXT = 20000  # beyond this many keys the NMSE bound grows linearly (llama.cpp FA rule)
+
+
+def assert_close(
+    out: torch.Tensor, ref: object, what: str = "", n_keys: int = 0
+) -> tuple[float, float]:
     """Fail with a diagnostic unless ``out`` is within its dtype's tolerance of ``ref``."""
     o = _np(out)
     r = _np(ref)
     assert o.shape == r.shape, f"{what}: shape {o.shape} != oracle {r.shape}"
     assert np.isfinite(o).all(), f"{what}: output holds NaN/inf at {np.argwhere(~np.isfinite(o))[:5].tolist()}"
     tol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
+    nmse_bound = tol.nmse * max(1.0, n_keys / LONG_CONTEXT)
     e_nmse, e_abs = nmse(r, o), max_abs(r, o)
-    if e_nmse > tol.nmse or e_abs > tol.max_abs:
+    if e_nmse > nmse_bound or e_abs > tol.max_abs:
         worst = np.unravel_index(int(np.argmax(np.abs(r - o))), r.shape)
         raise AssertionError(
-            f"{what}: NMSE {e_nmse:.3e} (tol {tol.nmse:.0e}), max-abs {e_abs:.3e} "
+            f"{what}: NMSE {e_nmse:.3e} (tol {nmse_bound:.1e}), max-abs {e_abs:.3e} "
             f"(tol {tol.max_abs:.0e}); worst at {tuple(int(i) for i in worst)}: "
             f"out {o[worst]:.6g} vs oracle {r[worst]:.6g}"
         )
