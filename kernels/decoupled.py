@@ -22,7 +22,7 @@ import torch
 
 from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
-from kernels.decoupled_cache import DecoupledKVCache, NullKV
+from kernels.decoupled_cache import CacheTensor, DecoupledKVCache, NullKV
 from reference_impl.errors import KernelError
 
 OP = "decoupled_decode"
@@ -125,6 +125,11 @@ def _update(
     return m_new, d, o
 
 
+def _tail(cache: DecoupledKVCache, ct: CacheTensor) -> torch.Tensor:
+    """The exact tail of one cache tensor (fp32 ``[B, tail_len, dim]``)."""
+    return ct.tail(cache.tail_len)
+
+
 def streaming_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,
@@ -163,12 +168,11 @@ def streaming_decode(
             _heads(cache.k_geo.stored(start, end), n_head),
             _heads(cache.v.stored(start, end), n_head),
         )
-    n_tail = cache.tail_len
-    if n_tail:
+    if cache.tail_len:
         fold(
-            _heads(cache.k_sem.tail(n_tail), n_head),
-            _heads(cache.k_geo.tail(n_tail), n_head),
-            _heads(cache.v.tail(n_tail), n_head),
+            _heads(_tail(cache, cache.k_sem), n_head),
+            _heads(_tail(cache, cache.k_geo), n_head),
+            _heads(_tail(cache, cache.v), n_head),
         )
     out = torch.where(d.unsqueeze(-1) > 0, o / d.clamp_min(1e-30).unsqueeze(-1), 0.0)
     return out

@@ -18,6 +18,8 @@ The logit of key ``t`` is ``(q_sem·k_sem[t])·sem_scale + (q_geo·k_geo[t])·ge
 
 Quantized layout (see kernels.quant): q4_0 byte ``g//2`` holds element ``g`` in its high nibble
 when ``g`` is even, value ``nibble - 8``; q8_0 is int8; fp16 scale ``g // QBLOCK`` of the token.
+The sem/geo scales are folded into the query once per program (``q·scale``), which equals
+``(q·k)·scale`` up to float rounding.
 Strides are runtime arguments (no recompiles when the cache length changes); shapes and flags
 are ``tl.constexpr``. The small ``@triton.jit`` helpers are looked up through this module at
 call time, which is also how the mutants in conformance/mutants/kernels.py swap one of them.
@@ -37,36 +39,16 @@ def _empty_state(DV: tl.constexpr):
 
 
 @triton.jit
-def _nibble(byte, g):
-    """The 4-bit code of element ``g`` in its byte: even ``g`` -> high nibble."""
-    return tl.where((g % 2) == 0, (byte >> 4) & 0xF, byte & 0xF)
+def _nibble_shift(g):
+    """Right shift that brings element ``g``'s 4-bit code down: even ``g`` sits in the high
+    nibble (shift 4), odd ``g`` in the low nibble (shift 0)."""
+    return tl.where((g % 2) == 0, 4, 0).to(tl.uint8)
 
 
 @triton.jit
 def _scale_index(g, h, HD: tl.constexpr, QBLOCK: tl.constexpr):
     """Index of the scale block holding flattened feature ``g`` (one scale per QBLOCK)."""
     return g // QBLOCK
-
-
-@triton.jit
-def _load_q4(codes_ptr, scales_ptr, code_rows, scale_rows, h, tmask, HD: tl.constexpr, QBLOCK: tl.constexpr):
-    """Dequantized q4_0 tile ``[BLOCK_N, HD]`` of head ``h`` for the token rows given."""
-    g = h * HD + tl.arange(0, HD)
-    byte = tl.load(codes_ptr + code_rows[:, None] + (g // 2)[None, :], mask=tmask[:, None], other=0)
-    code = _nibble(byte.to(tl.uint8), g[None, :])
-    sidx = _scale_index(g, h, HD, QBLOCK)
-    scale = tl.load(scales_ptr + scale_rows[:, None] + sidx[None, :], mask=tmask[:, None], other=0.0)
-    return (code.to(tl.float32) - 8.0) * scale.to(tl.float32)
-
-
-@triton.jit
-def _load_q8(codes_ptr, scales_ptr, code_rows, scale_rows, h, tmask, HD: tl.constexpr, QBLOCK: tl.constexpr):
-    """Dequantized q8_0 tile ``[BLOCK_N, HD]`` of head ``h``."""
-    g = h * HD + tl.arange(0, HD)
-    code = tl.load(codes_ptr + code_rows[:, None] + g[None, :], mask=tmask[:, None], other=0)
-    sidx = _scale_index(g, h, HD, QBLOCK)
-    scale = tl.load(scales_ptr + scale_rows[:, None] + sidx[None, :], mask=tmask[:, None], other=0.0)
-    return code.to(tl.int8).to(tl.float32) * scale.to(tl.float32)
 
 
 @triton.jit
@@ -125,17 +107,38 @@ def _fold_prefix(
     sem_scale, geo_scale,
     DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr, QBLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Fold quantized tokens ``[lo, hi)`` of batch row ``b``, head ``h`` into the state."""
+    """Fold quantized tokens ``[lo, hi)`` of batch row ``b``, head ``h`` into the state.
+
+    Everything that depends only on the head (byte columns, nibble shifts, scale columns, the
+    batch row's base pointers, the query scaled by its path's scale) is computed once, before
+    the token loop.
+    """
     b = b.to(tl.int64)
+    gs = h * DS + tl.arange(0, DS)  # flattened features of this head in each tensor
+    gg = h * DG + tl.arange(0, DG)
+    gv = h * DV + tl.arange(0, DV)
+    ks_shift = _nibble_shift(gs)[None, :]
+    v_shift = _nibble_shift(gv)[None, :]
+    ks_c = ks_codes + b * s_ksc_b + (gs // 2)[None, :]
+    ks_s = ks_scales + b * s_kss_b + _scale_index(gs, h, DS, QBLOCK)[None, :]
+    kg_c = kg_codes + b * s_kgc_b + gg[None, :]
+    kg_s = kg_scales + b * s_kgs_b + _scale_index(gg, h, DG, QBLOCK)[None, :]
+    v_c = v_codes + b * s_vc_b + (gv // 2)[None, :]
+    v_s = v_scales + b * s_vs_b + _scale_index(gv, h, DV, QBLOCK)[None, :]
+    qs = (q_sem * sem_scale)[None, :]
+    qg = (q_geo * geo_scale)[None, :]
     for t0 in tl.range(lo, hi, BLOCK_N):
         t = t0 + tl.arange(0, BLOCK_N)
-        tmask = t < hi
-        tt = t.to(tl.int64)
-        k_sem = _load_q4(ks_codes, ks_scales, b * s_ksc_b + tt * s_ksc_t, b * s_kss_b + tt * s_kss_t, h, tmask, DS, QBLOCK)
-        k_geo = _load_q8(kg_codes, kg_scales, b * s_kgc_b + tt * s_kgc_t, b * s_kgs_b + tt * s_kgs_t, h, tmask, DG, QBLOCK)
-        v = _load_q4(v_codes, v_scales, b * s_vc_b + tt * s_vc_t, b * s_vs_b + tt * s_vs_t, h, tmask, DV, QBLOCK)
-        s = tl.sum(k_sem * q_sem[None, :], axis=1) * sem_scale + tl.sum(k_geo * q_geo[None, :], axis=1) * geo_scale
-        s = tl.where(tmask, s, NEG_INF)
+        tt = t.to(tl.int64)[:, None]
+        tm = (t < hi)[:, None]
+        k_sem = ((tl.load(ks_c + tt * s_ksc_t, mask=tm, other=0) >> ks_shift) & 0xF).to(tl.float32) - 8.0
+        k_sem = k_sem * tl.load(ks_s + tt * s_kss_t, mask=tm, other=0.0).to(tl.float32)
+        k_geo = tl.load(kg_c + tt * s_kgc_t, mask=tm, other=0).to(tl.float32)
+        k_geo = k_geo * tl.load(kg_s + tt * s_kgs_t, mask=tm, other=0.0).to(tl.float32)
+        v = ((tl.load(v_c + tt * s_vc_t, mask=tm, other=0) >> v_shift) & 0xF).to(tl.float32) - 8.0
+        v = v * tl.load(v_s + tt * s_vs_t, mask=tm, other=0.0).to(tl.float32)
+        s = tl.sum(k_sem * qs, axis=1) + tl.sum(k_geo * qg, axis=1)
+        s = tl.where(t < hi, s, NEG_INF)
         m, d, o = _online_update(m, d, o, s, v)
     return m, d, o
 
@@ -265,15 +268,20 @@ def finalize_kernel(
     d = tl.load(d_ptr + row)
     o = tl.load(o_ptr + row * DV + dv)
     b = b.to(tl.int64)
+    ks_p = ks_tail + b * s_kst_b + (h * DS + ds)[None, :]
+    kg_p = kg_tail + b * s_kgt_b + (h * DG + dg)[None, :]
+    v_p = v_tail + b * s_vt_b + (h * DV + dv)[None, :]
+    qs = (q_sem * sem_scale)[None, :]
+    qg = (q_geo * geo_scale)[None, :]
     for t0 in tl.range(0, n_tail, BLOCK_N):
         t = t0 + tl.arange(0, BLOCK_N)
-        tmask = t < n_tail
-        tt = t.to(tl.int64)
-        k_sem = tl.load(ks_tail + b * s_kst_b + tt[:, None] * s_kst_t + (h * DS + ds)[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
-        k_geo = tl.load(kg_tail + b * s_kgt_b + tt[:, None] * s_kgt_t + (h * DG + dg)[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
-        v = tl.load(v_tail + b * s_vt_b + tt[:, None] * s_vt_t + (h * DV + dv)[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(k_sem * q_sem[None, :], axis=1) * sem_scale + tl.sum(k_geo * q_geo[None, :], axis=1) * geo_scale
-        s = tl.where(tmask, s, NEG_INF)
+        tt = t.to(tl.int64)[:, None]
+        tm = (t < n_tail)[:, None]
+        k_sem = tl.load(ks_p + tt * s_kst_t, mask=tm, other=0.0).to(tl.float32)
+        k_geo = tl.load(kg_p + tt * s_kgt_t, mask=tm, other=0.0).to(tl.float32)
+        v = tl.load(v_p + tt * s_vt_t, mask=tm, other=0.0).to(tl.float32)
+        s = tl.sum(k_sem * qs, axis=1) + tl.sum(k_geo * qg, axis=1)
+        s = tl.where(t < n_tail, s, NEG_INF)
         m, d, o = _online_update(m, d, o, s, v)
     safe = tl.where(d > 0.0, d, 1.0)
     out = tl.where(d > 0.0, o / safe, 0.0)
