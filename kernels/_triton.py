@@ -32,18 +32,17 @@ _CUDA = _cuda_available()
 if not os.environ.get("TRITON_INTERPRET") and not _CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
-triton: Any
-tl: Any
-IMPORT_ERROR: str | None
-try:
-    import triton
-    import triton.language as tl
 
-    IMPORT_ERROR = None
-except Exception as exc:  # keep the package importable: dispatch records the reason instead
-    triton = None
-    tl = None
-    IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+def _import() -> tuple[Any, Any, str | None]:
+    try:
+        import triton as triton_module
+        import triton.language as language
+    except Exception as exc:  # keep the package importable: dispatch records the reason instead
+        return None, None, f"{type(exc).__name__}: {exc}"
+    return triton_module, language, None
+
+
+triton, tl, IMPORT_ERROR = _import()
 
 
 def _interpreting() -> bool:

@@ -30,7 +30,9 @@ PATHS = ("auto", "1pass", "2pass", "torch")
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 3:
-            raise KernelError("KRN_BAD_SHAPE", f"{name} must be 3-D, got {list(x.shape)}", field=name)
+            raise KernelError(
+                "KRN_BAD_SHAPE", f"{name} must be 3-D, got {list(x.shape)}", field=name
+            )
         if not x.dtype.is_floating_point:
             raise KernelError("KRN_BAD_DTYPE", f"{name} must be a float tensor", field=name)
     t, n_head, d = q.shape
@@ -77,7 +79,11 @@ def gqa_decode_torch(
 
 
 def ineligibility(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cfg: dispatch.DispatchConfig
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: dispatch.DispatchConfig,
 ) -> str:
     """The first reason the Triton kernels cannot run this call, or '' (spec KRN-021)."""
     if not triton_available():

@@ -68,7 +68,10 @@ def _check_inputs(
 
 
 def ineligibility(
-    q_sem: torch.Tensor, cache: DecoupledKVCache, null: NullKV | None, config: dispatch.DispatchConfig
+    q_sem: torch.Tensor,
+    cache: DecoupledKVCache,
+    null: NullKV | None,
+    config: dispatch.DispatchConfig,
 ) -> str:
     """The first reason the fused kernels cannot run this call, or '' (spec KRN-021)."""
     if not triton_available():
@@ -203,7 +206,12 @@ def _cache_args(cache: DecoupledKVCache) -> tuple[list[torch.Tensor], list[int]]
     for ct in (cache.k_sem, cache.k_geo, cache.v):
         assert ct.codes is not None and ct.scales is not None
         tensors += [ct.codes, ct.scales]
-        strides += [ct.codes.stride(0), ct.codes.stride(1), ct.scales.stride(0), ct.scales.stride(1)]
+        strides += [
+            ct.codes.stride(0),
+            ct.codes.stride(1),
+            ct.scales.stride(0),
+            ct.scales.stride(1),
+        ]
     return tensors, strides
 
 

@@ -74,7 +74,9 @@ class CacheTensor:
                 batch, max_len, pad // fmt.qblock, dtype=torch.float16, device=device
             )
             if residual_len > 0:
-                self.ring = torch.zeros(batch, residual_len, dim, dtype=torch.float16, device=device)
+                self.ring = torch.zeros(
+                    batch, residual_len, dim, dtype=torch.float16, device=device
+                )
         else:
             dtype = torch.float16 if fmt.kind == "fp16" else torch.float32
             self.buf = torch.zeros(batch, max_len, dim, dtype=dtype, device=device)
@@ -89,7 +91,7 @@ class CacheTensor:
         """Store tokens ``[pos, pos + T)`` from ``x [B, T, dim]`` (``qt`` from :meth:`prepare`)."""
         n = x.shape[1]
         if self.buf is not None:
-            self.buf[:, pos : pos + n] = x.to(self.buf.dtype)
+            self.buf[:, pos : pos + n] = x.to(self.buf.device, self.buf.dtype)
             return
         if qt is None:
             return
@@ -99,7 +101,7 @@ class CacheTensor:
         if self.ring is not None:
             r = self.ring.shape[1]
             for i in range(max(0, n - r), n):  # only the last R tokens can survive in the ring
-                self.ring[:, (pos + i) % r] = x[:, i].to(torch.float16)
+                self.ring[:, (pos + i) % r] = x[:, i].to(self.ring.device, torch.float16)
 
     def stored(self, start: int, end: int) -> torch.Tensor:
         """Tokens ``[start, end)`` as stored (dequantized when quantized), fp32 ``[B, n, dim]``."""
@@ -142,7 +144,9 @@ class DecoupledKVCache:
     ) -> None:
         self.policy = parse_policy(policy) if isinstance(policy, str) else policy
         if batch <= 0 or max_len <= 0:
-            raise KernelError("KRN_BAD_SHAPE", f"batch ({batch}) and max_len ({max_len}) must be > 0")
+            raise KernelError(
+                "KRN_BAD_SHAPE", f"batch ({batch}) and max_len ({max_len}) must be > 0"
+            )
         self.dims = dims
         self.batch = batch
         self.max_len = max_len

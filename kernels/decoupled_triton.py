@@ -27,7 +27,7 @@ call time, which is also how the mutants in conformance/mutants/kernels.py swap 
 
 from kernels._triton import tl, triton
 
-NEG_INF = float("-inf")
+NEG_INF = tl.constexpr(float("-inf"))
 
 
 @triton.jit
@@ -75,10 +75,27 @@ def _merge_state(m, d, o, m2, d2, o2):
 
 @triton.jit
 def _null_state(
-    q_sem, q_geo, ksn_ptr, kgn_ptr, vn_ptr, b, h,
-    s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
-    sem_scale, geo_scale,
-    DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr,
+    q_sem,
+    q_geo,
+    ksn_ptr,
+    kgn_ptr,
+    vn_ptr,
+    b,
+    h,
+    s_ksn_b,
+    s_ksn_h,
+    s_ksn_c,
+    s_kgn_b,
+    s_kgn_h,
+    s_kgn_c,
+    s_vn_b,
+    s_vn_h,
+    s_vn_c,
+    sem_scale,
+    geo_scale,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
 ):
     """The null token's logit and value for row (b, h): ``(s_null, v_null [DV])``."""
     ds = tl.arange(0, DS)
@@ -100,12 +117,40 @@ def _seed_null(m, d, o, seed, s_null, v_null):
 
 @triton.jit
 def _fold_prefix(
-    m, d, o, q_sem, q_geo, b, h, lo, hi,
-    ks_codes, ks_scales, kg_codes, kg_scales, v_codes, v_scales,
-    s_ksc_b, s_ksc_t, s_kss_b, s_kss_t, s_kgc_b, s_kgc_t, s_kgs_b, s_kgs_t,
-    s_vc_b, s_vc_t, s_vs_b, s_vs_t,
-    sem_scale, geo_scale,
-    DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr, QBLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+    m,
+    d,
+    o,
+    q_sem,
+    q_geo,
+    b,
+    h,
+    lo,
+    hi,
+    ks_codes,
+    ks_scales,
+    kg_codes,
+    kg_scales,
+    v_codes,
+    v_scales,
+    s_ksc_b,
+    s_ksc_t,
+    s_kss_b,
+    s_kss_t,
+    s_kgc_b,
+    s_kgc_t,
+    s_kgs_b,
+    s_kgs_t,
+    s_vc_b,
+    s_vc_t,
+    s_vs_b,
+    s_vs_t,
+    sem_scale,
+    geo_scale,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
+    QBLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """Fold quantized tokens ``[lo, hi)`` of batch row ``b``, head ``h`` into the state.
 
@@ -131,7 +176,9 @@ def _fold_prefix(
         t = t0 + tl.arange(0, BLOCK_N)
         tt = t.to(tl.int64)[:, None]
         tm = (t < hi)[:, None]
-        k_sem = ((tl.load(ks_c + tt * s_ksc_t, mask=tm, other=0) >> ks_shift) & 0xF).to(tl.float32) - 8.0
+        k_sem = ((tl.load(ks_c + tt * s_ksc_t, mask=tm, other=0) >> ks_shift) & 0xF).to(
+            tl.float32
+        ) - 8.0
         k_sem = k_sem * tl.load(ks_s + tt * s_kss_t, mask=tm, other=0.0).to(tl.float32)
         k_geo = tl.load(kg_c + tt * s_kgc_t, mask=tm, other=0).to(tl.float32)
         k_geo = k_geo * tl.load(kg_s + tt * s_kgs_t, mask=tm, other=0.0).to(tl.float32)
@@ -145,15 +192,53 @@ def _fold_prefix(
 
 @triton.jit
 def update_kernel(
-    qs_ptr, qg_ptr, ksn_ptr, kgn_ptr, vn_ptr,
-    ks_codes, ks_scales, kg_codes, kg_scales, v_codes, v_scales,
-    m_ptr, d_ptr, o_ptr,
-    start, chunk, n_prefix, sem_scale, geo_scale,
-    s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
-    s_ksc_b, s_ksc_t, s_kss_b, s_kss_t, s_kgc_b, s_kgc_t, s_kgs_b, s_kgs_t,
-    s_vc_b, s_vc_t, s_vs_b, s_vs_t,
-    H: tl.constexpr, DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr,
-    QBLOCK: tl.constexpr, BLOCK_N: tl.constexpr, HAS_NULL: tl.constexpr,
+    qs_ptr,
+    qg_ptr,
+    ksn_ptr,
+    kgn_ptr,
+    vn_ptr,
+    ks_codes,
+    ks_scales,
+    kg_codes,
+    kg_scales,
+    v_codes,
+    v_scales,
+    m_ptr,
+    d_ptr,
+    o_ptr,
+    start,
+    chunk,
+    n_prefix,
+    sem_scale,
+    geo_scale,
+    s_ksn_b,
+    s_ksn_h,
+    s_ksn_c,
+    s_kgn_b,
+    s_kgn_h,
+    s_kgn_c,
+    s_vn_b,
+    s_vn_h,
+    s_vn_c,
+    s_ksc_b,
+    s_ksc_t,
+    s_kss_b,
+    s_kss_t,
+    s_kgc_b,
+    s_kgc_t,
+    s_kgs_b,
+    s_kgs_t,
+    s_vc_b,
+    s_vc_t,
+    s_vs_b,
+    s_vs_t,
+    H: tl.constexpr,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
+    QBLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_NULL: tl.constexpr,
 ):
     row = tl.program_id(0)
     b = row // H
@@ -166,17 +251,65 @@ def update_kernel(
     o = tl.load(o_ptr + row * DV + dv)
     if HAS_NULL:
         s_null, v_null = _null_state(
-            q_sem, q_geo, ksn_ptr, kgn_ptr, vn_ptr, b, h,
-            s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
-            sem_scale, geo_scale, DS, DG, DV,
+            q_sem,
+            q_geo,
+            ksn_ptr,
+            kgn_ptr,
+            vn_ptr,
+            b,
+            h,
+            s_ksn_b,
+            s_ksn_h,
+            s_ksn_c,
+            s_kgn_b,
+            s_kgn_h,
+            s_kgn_c,
+            s_vn_b,
+            s_vn_h,
+            s_vn_c,
+            sem_scale,
+            geo_scale,
+            DS,
+            DG,
+            DV,
         )
         m, d, o = _seed_null(m, d, o, start == 0, s_null, v_null)
     hi = tl.minimum(start + chunk, n_prefix)
     m, d, o = _fold_prefix(
-        m, d, o, q_sem, q_geo, b, h, start, hi,
-        ks_codes, ks_scales, kg_codes, kg_scales, v_codes, v_scales,
-        s_ksc_b, s_ksc_t, s_kss_b, s_kss_t, s_kgc_b, s_kgc_t, s_kgs_b, s_kgs_t,
-        s_vc_b, s_vc_t, s_vs_b, s_vs_t, sem_scale, geo_scale, DS, DG, DV, QBLOCK, BLOCK_N,
+        m,
+        d,
+        o,
+        q_sem,
+        q_geo,
+        b,
+        h,
+        start,
+        hi,
+        ks_codes,
+        ks_scales,
+        kg_codes,
+        kg_scales,
+        v_codes,
+        v_scales,
+        s_ksc_b,
+        s_ksc_t,
+        s_kss_b,
+        s_kss_t,
+        s_kgc_b,
+        s_kgc_t,
+        s_kgs_b,
+        s_kgs_t,
+        s_vc_b,
+        s_vc_t,
+        s_vs_b,
+        s_vs_t,
+        sem_scale,
+        geo_scale,
+        DS,
+        DG,
+        DV,
+        QBLOCK,
+        BLOCK_N,
     )
     tl.store(m_ptr + row, m)
     tl.store(d_ptr + row, d)
@@ -185,14 +318,40 @@ def update_kernel(
 
 @triton.jit
 def partition_kernel(
-    qs_ptr, qg_ptr,
-    ks_codes, ks_scales, kg_codes, kg_scales, v_codes, v_scales,
-    mp_ptr, dp_ptr, op_ptr,
-    n_parts, partition_size, n_prefix, sem_scale, geo_scale,
-    s_ksc_b, s_ksc_t, s_kss_b, s_kss_t, s_kgc_b, s_kgc_t, s_kgs_b, s_kgs_t,
-    s_vc_b, s_vc_t, s_vs_b, s_vs_t,
-    H: tl.constexpr, DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr,
-    QBLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+    qs_ptr,
+    qg_ptr,
+    ks_codes,
+    ks_scales,
+    kg_codes,
+    kg_scales,
+    v_codes,
+    v_scales,
+    mp_ptr,
+    dp_ptr,
+    op_ptr,
+    n_parts,
+    partition_size,
+    n_prefix,
+    sem_scale,
+    geo_scale,
+    s_ksc_b,
+    s_ksc_t,
+    s_kss_b,
+    s_kss_t,
+    s_kgc_b,
+    s_kgc_t,
+    s_kgs_b,
+    s_kgs_t,
+    s_vc_b,
+    s_vc_t,
+    s_vs_b,
+    s_vs_t,
+    H: tl.constexpr,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
+    QBLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0)
     part = tl.program_id(1)
@@ -205,10 +364,40 @@ def partition_kernel(
     lo = part * partition_size
     hi = tl.minimum(lo + partition_size, n_prefix)
     m, d, o = _fold_prefix(
-        m, d, o, q_sem, q_geo, b, h, lo, hi,
-        ks_codes, ks_scales, kg_codes, kg_scales, v_codes, v_scales,
-        s_ksc_b, s_ksc_t, s_kss_b, s_kss_t, s_kgc_b, s_kgc_t, s_kgs_b, s_kgs_t,
-        s_vc_b, s_vc_t, s_vs_b, s_vs_t, sem_scale, geo_scale, DS, DG, DV, QBLOCK, BLOCK_N,
+        m,
+        d,
+        o,
+        q_sem,
+        q_geo,
+        b,
+        h,
+        lo,
+        hi,
+        ks_codes,
+        ks_scales,
+        kg_codes,
+        kg_scales,
+        v_codes,
+        v_scales,
+        s_ksc_b,
+        s_ksc_t,
+        s_kss_b,
+        s_kss_t,
+        s_kgc_b,
+        s_kgc_t,
+        s_kgs_b,
+        s_kgs_t,
+        s_vc_b,
+        s_vc_t,
+        s_vs_b,
+        s_vs_t,
+        sem_scale,
+        geo_scale,
+        DS,
+        DG,
+        DV,
+        QBLOCK,
+        BLOCK_N,
     )
     slot = row * n_parts + part
     tl.store(mp_ptr + slot, m)
@@ -218,11 +407,34 @@ def partition_kernel(
 
 @triton.jit
 def reduce_kernel(
-    qs_ptr, qg_ptr, ksn_ptr, kgn_ptr, vn_ptr,
-    mp_ptr, dp_ptr, op_ptr, m_ptr, d_ptr, o_ptr,
-    n_parts, sem_scale, geo_scale,
-    s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
-    H: tl.constexpr, DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr, HAS_NULL: tl.constexpr,
+    qs_ptr,
+    qg_ptr,
+    ksn_ptr,
+    kgn_ptr,
+    vn_ptr,
+    mp_ptr,
+    dp_ptr,
+    op_ptr,
+    m_ptr,
+    d_ptr,
+    o_ptr,
+    n_parts,
+    sem_scale,
+    geo_scale,
+    s_ksn_b,
+    s_ksn_h,
+    s_ksn_c,
+    s_kgn_b,
+    s_kgn_h,
+    s_kgn_c,
+    s_vn_b,
+    s_vn_h,
+    s_vn_c,
+    H: tl.constexpr,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
+    HAS_NULL: tl.constexpr,
 ):
     row = tl.program_id(0)
     b = row // H
@@ -233,15 +445,38 @@ def reduce_kernel(
         q_sem = tl.load(qs_ptr + row * DS + tl.arange(0, DS))
         q_geo = tl.load(qg_ptr + row * DG + tl.arange(0, DG))
         s_null, v_null = _null_state(
-            q_sem, q_geo, ksn_ptr, kgn_ptr, vn_ptr, b, h,
-            s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
-            sem_scale, geo_scale, DS, DG, DV,
+            q_sem,
+            q_geo,
+            ksn_ptr,
+            kgn_ptr,
+            vn_ptr,
+            b,
+            h,
+            s_ksn_b,
+            s_ksn_h,
+            s_ksn_c,
+            s_kgn_b,
+            s_kgn_h,
+            s_kgn_c,
+            s_vn_b,
+            s_vn_h,
+            s_vn_c,
+            sem_scale,
+            geo_scale,
+            DS,
+            DG,
+            DV,
         )
         m, d, o = _merge_state(m, d, o, s_null, 1.0, v_null)
     for p in tl.range(0, n_parts):
         slot = row * n_parts + p
         m, d, o = _merge_state(
-            m, d, o, tl.load(mp_ptr + slot), tl.load(dp_ptr + slot), tl.load(op_ptr + slot * DV + dv)
+            m,
+            d,
+            o,
+            tl.load(mp_ptr + slot),
+            tl.load(dp_ptr + slot),
+            tl.load(op_ptr + slot * DV + dv),
         )
     tl.store(m_ptr + row, m)
     tl.store(d_ptr + row, d)
@@ -250,11 +485,31 @@ def reduce_kernel(
 
 @triton.jit
 def finalize_kernel(
-    qs_ptr, qg_ptr, ks_tail, kg_tail, v_tail,
-    m_ptr, d_ptr, o_ptr, out_ptr,
-    n_tail, sem_scale, geo_scale,
-    s_kst_b, s_kst_t, s_kgt_b, s_kgt_t, s_vt_b, s_vt_t, s_out_b, s_out_h,
-    H: tl.constexpr, DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+    qs_ptr,
+    qg_ptr,
+    ks_tail,
+    kg_tail,
+    v_tail,
+    m_ptr,
+    d_ptr,
+    o_ptr,
+    out_ptr,
+    n_tail,
+    sem_scale,
+    geo_scale,
+    s_kst_b,
+    s_kst_t,
+    s_kgt_b,
+    s_kgt_t,
+    s_vt_b,
+    s_vt_t,
+    s_out_b,
+    s_out_h,
+    H: tl.constexpr,
+    DS: tl.constexpr,
+    DG: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0)
     b = row // H

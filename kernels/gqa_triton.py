@@ -16,7 +16,7 @@ All strides are runtime arguments; k/v may be views of a larger cache.
 
 from kernels._triton import tl, triton
 
-NEG_INF = float("-inf")
+NEG_INF = tl.constexpr(float("-inf"))
 
 
 @triton.jit
@@ -40,10 +40,30 @@ def _group_heads(kvh, n_head_kv, GROUP: tl.constexpr, GROUP_P2: tl.constexpr):
 
 @triton.jit
 def _fold_cells(
-    m, l, acc, q, t, kvh, lo, hi,
-    k_ptr, v_ptr, mask_ptr, scale,
-    s_k_n, s_k_h, s_k_d, s_v_n, s_v_h, s_v_d, s_m_t, s_m_n,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    m,
+    l,
+    acc,
+    q,
+    t,
+    kvh,
+    lo,
+    hi,
+    k_ptr,
+    v_ptr,
+    mask_ptr,
+    scale,
+    s_k_n,
+    s_k_h,
+    s_k_d,
+    s_v_n,
+    s_v_h,
+    s_v_d,
+    s_m_t,
+    s_m_n,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     dd = tl.arange(0, BLOCK_D)
@@ -54,11 +74,13 @@ def _fold_cells(
         jj = j.to(tl.int64)
         k = tl.load(
             k_ptr + jj[:, None] * s_k_n + kvh * s_k_h + dd[None, :] * s_k_d,
-            mask=jm[:, None] & (dd[None, :] < D), other=0.0,
+            mask=jm[:, None] & (dd[None, :] < D),
+            other=0.0,
         ).to(tl.float32)
         v = tl.load(
             v_ptr + jj[:, None] * s_v_n + kvh * s_v_h + dv[None, :] * s_v_d,
-            mask=jm[:, None] & (dv[None, :] < DV), other=0.0,
+            mask=jm[:, None] & (dv[None, :] < DV),
+            other=0.0,
         ).to(tl.float32)
         bias = tl.load(mask_ptr + t * s_m_t + jj * s_m_n, mask=jm, other=NEG_INF).to(tl.float32)
         s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale + bias[None, :]
@@ -68,23 +90,60 @@ def _fold_cells(
 
 
 @triton.jit
-def _load_q(q_ptr, t, kvh, n_head_kv, s_q_t, s_q_h, s_q_d, GROUP: tl.constexpr, GROUP_P2: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+def _load_q(
+    q_ptr,
+    t,
+    kvh,
+    n_head_kv,
+    s_q_t,
+    s_q_h,
+    s_q_d,
+    GROUP: tl.constexpr,
+    GROUP_P2: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     g = tl.arange(0, GROUP_P2)
     dd = tl.arange(0, BLOCK_D)
     heads = _group_heads(kvh, n_head_kv, GROUP, GROUP_P2)
     ok = (g[:, None] < GROUP) & (dd[None, :] < D)
-    q = tl.load(q_ptr + t * s_q_t + heads[:, None] * s_q_h + dd[None, :] * s_q_d, mask=ok, other=0.0)
+    q = tl.load(
+        q_ptr + t * s_q_t + heads[:, None] * s_q_h + dd[None, :] * s_q_d, mask=ok, other=0.0
+    )
     return q.to(tl.float32), heads
 
 
 @triton.jit
 def one_pass_kernel(
-    q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr,
-    n_kv, n_head_kv, scale,
-    s_q_t, s_q_h, s_q_d, s_k_n, s_k_h, s_k_d, s_v_n, s_v_h, s_v_d, s_m_t, s_m_n,
-    s_o_t, s_o_h, s_o_d,
-    D: tl.constexpr, DV: tl.constexpr, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    mask_ptr,
+    out_ptr,
+    n_kv,
+    n_head_kv,
+    scale,
+    s_q_t,
+    s_q_h,
+    s_q_d,
+    s_k_n,
+    s_k_h,
+    s_k_d,
+    s_v_n,
+    s_v_h,
+    s_v_d,
+    s_m_t,
+    s_m_n,
+    s_o_t,
+    s_o_h,
+    s_o_d,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_P2: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
@@ -93,10 +152,31 @@ def one_pass_kernel(
     l = tl.zeros([GROUP_P2], tl.float32)
     acc = tl.zeros([GROUP_P2, BLOCK_DV], tl.float32)
     m, l, acc = _fold_cells(
-        m, l, acc, q, t, kvh, 0, n_kv,
-        k_ptr, v_ptr, mask_ptr, scale,
-        s_k_n, s_k_h, s_k_d, s_v_n, s_v_h, s_v_d, s_m_t, s_m_n,
-        D, DV, BLOCK_D, BLOCK_DV, BLOCK_N,
+        m,
+        l,
+        acc,
+        q,
+        t,
+        kvh,
+        0,
+        n_kv,
+        k_ptr,
+        v_ptr,
+        mask_ptr,
+        scale,
+        s_k_n,
+        s_k_h,
+        s_k_d,
+        s_v_n,
+        s_v_h,
+        s_v_d,
+        s_m_t,
+        s_m_n,
+        D,
+        DV,
+        BLOCK_D,
+        BLOCK_DV,
+        BLOCK_N,
     )
     g = tl.arange(0, GROUP_P2)
     dv = tl.arange(0, BLOCK_DV)
@@ -107,11 +187,37 @@ def one_pass_kernel(
 
 @triton.jit
 def partition_kernel(
-    q_ptr, k_ptr, v_ptr, mask_ptr, mp_ptr, lp_ptr, ap_ptr,
-    n_kv, n_head_kv, n_parts, partition_size, scale, n_head,
-    s_q_t, s_q_h, s_q_d, s_k_n, s_k_h, s_k_d, s_v_n, s_v_h, s_v_d, s_m_t, s_m_n,
-    D: tl.constexpr, DV: tl.constexpr, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    mask_ptr,
+    mp_ptr,
+    lp_ptr,
+    ap_ptr,
+    n_kv,
+    n_head_kv,
+    n_parts,
+    partition_size,
+    scale,
+    n_head,
+    s_q_t,
+    s_q_h,
+    s_q_d,
+    s_k_n,
+    s_k_h,
+    s_k_d,
+    s_v_n,
+    s_v_h,
+    s_v_d,
+    s_m_t,
+    s_m_n,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_P2: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
@@ -123,10 +229,31 @@ def partition_kernel(
     lo = part * partition_size
     hi = tl.minimum(lo + partition_size, n_kv)
     m, l, acc = _fold_cells(
-        m, l, acc, q, t, kvh, lo, hi,
-        k_ptr, v_ptr, mask_ptr, scale,
-        s_k_n, s_k_h, s_k_d, s_v_n, s_v_h, s_v_d, s_m_t, s_m_n,
-        D, DV, BLOCK_D, BLOCK_DV, BLOCK_N,
+        m,
+        l,
+        acc,
+        q,
+        t,
+        kvh,
+        lo,
+        hi,
+        k_ptr,
+        v_ptr,
+        mask_ptr,
+        scale,
+        s_k_n,
+        s_k_h,
+        s_k_d,
+        s_v_n,
+        s_v_h,
+        s_v_d,
+        s_m_t,
+        s_m_n,
+        D,
+        DV,
+        BLOCK_D,
+        BLOCK_DV,
+        BLOCK_N,
     )
     g = tl.arange(0, GROUP_P2)
     dv = tl.arange(0, BLOCK_DV)
@@ -148,9 +275,17 @@ def _merge(m, l, acc, m2, l2, acc2):
 
 @triton.jit
 def reduce_kernel(
-    mp_ptr, lp_ptr, ap_ptr, out_ptr, n_parts,
-    s_o_t, s_o_h, s_o_d,
-    N_HEAD: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+    mp_ptr,
+    lp_ptr,
+    ap_ptr,
+    out_ptr,
+    n_parts,
+    s_o_t,
+    s_o_h,
+    s_o_d,
+    N_HEAD: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
@@ -162,7 +297,11 @@ def reduce_kernel(
     for p in tl.range(0, n_parts):
         slot = row * n_parts + p
         m, l, acc = _merge(
-            m, l, acc, tl.load(mp_ptr + slot), tl.load(lp_ptr + slot),
+            m,
+            l,
+            acc,
+            tl.load(mp_ptr + slot),
+            tl.load(lp_ptr + slot),
             tl.load(ap_ptr + slot * BLOCK_DV + dv),
         )
     out = tl.where(l > 0.0, acc / tl.where(l > 0.0, l, 1.0), 0.0)

@@ -1,6 +1,8 @@
 """Triton pack/unpack of the quantized formats of :mod:`kernels.quant`, bit-exact with torch.
 
-One program per row (a token's vector, or a GGML row). Elements are handled as even/odd pairs
+One program per row (a token's vector, or a GGML row). Launches pass ``enable_fp_fusion=False``:
+a fused multiply-add (``x·(1/d) + 8.5``) rounds differently from the separate ops of torch,
+numpy and ggml's reference, and these kernels must match them bit for bit on a GPU too. Elements are handled as even/odd pairs
 ``[NB, QB/2]`` so 4-bit codes pack without reshapes; divisions use ``div_rn`` (IEEE
 round-to-nearest, as torch/numpy on CPU) so codes and scales match the torch path bit for bit.
 
@@ -10,12 +12,12 @@ Kinds (``KIND`` constexpr): 0 = q8_0, 1 = q4_0, 2 = nf4 (per-token); GGML: ``ggm
 import torch
 
 from kernels import quant
-from kernels._triton import tl, triton
+from kernels._triton import kernel_device, tl, triton
 from reference_impl.errors import KernelError
 
 KIND_ID = {"q8_0": 0, "q4_0": 1, "nf4": 2}
 QMAX = {"q8_0": 127.0, "q4_0": 7.0, "nf4": 1.0}
-SCALE_FLOOR = 2.0**-14
+SCALE_FLOOR = tl.constexpr(2.0**-14)
 
 
 @triton.jit
@@ -34,9 +36,19 @@ def _nf4_index(y, mid_ptr):
 
 @triton.jit
 def quantize_kernel(
-    x_ptr, codes_ptr, scales_ptr, mid_ptr,
-    dim, n_blocks, s_x_r, s_c_r, s_s_r, qmax,
-    KIND: tl.constexpr, QB: tl.constexpr, NB: tl.constexpr,
+    x_ptr,
+    codes_ptr,
+    scales_ptr,
+    mid_ptr,
+    dim,
+    n_blocks,
+    s_x_r,
+    s_c_r,
+    s_s_r,
+    qmax,
+    KIND: tl.constexpr,
+    QB: tl.constexpr,
+    NB: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     blk = tl.arange(0, NB)
@@ -64,15 +76,26 @@ def quantize_kernel(
             ue = _nf4_index(tl.minimum(tl.maximum(ye, -1.0), 1.0), mid_ptr)
             uo = _nf4_index(tl.minimum(tl.maximum(yo, -1.0), 1.0), mid_ptr)
         byte = ((ue << 4) | uo).to(tl.uint8)
-        tl.store(codes_ptr + r * s_c_r + blk[:, None] * (QB // 2) + j[None, :], byte, mask=bm[:, None])
+        tl.store(
+            codes_ptr + r * s_c_r + blk[:, None] * (QB // 2) + j[None, :], byte, mask=bm[:, None]
+        )
     tl.store(scales_ptr + r * s_s_r + blk, scale.to(tl.float16), mask=bm)
 
 
 @triton.jit
 def dequantize_kernel(
-    codes_ptr, scales_ptr, lv_ptr, out_ptr,
-    dim, n_blocks, s_c_r, s_s_r, s_o_r,
-    KIND: tl.constexpr, QB: tl.constexpr, NB: tl.constexpr,
+    codes_ptr,
+    scales_ptr,
+    lv_ptr,
+    out_ptr,
+    dim,
+    n_blocks,
+    s_c_r,
+    s_s_r,
+    s_o_r,
+    KIND: tl.constexpr,
+    QB: tl.constexpr,
+    NB: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     blk = tl.arange(0, NB)
@@ -80,12 +103,16 @@ def dequantize_kernel(
     j = tl.arange(0, QB // 2)
     ge = blk[:, None] * QB + 2 * j[None, :]
     go = ge + 1
-    scale = tl.load(scales_ptr + r * s_s_r + blk, mask=blk < n_blocks, other=0.0).to(tl.float32)[:, None]
+    scale = tl.load(scales_ptr + r * s_s_r + blk, mask=blk < n_blocks, other=0.0).to(tl.float32)[
+        :, None
+    ]
     if KIND == 0:
         ve = tl.load(codes_ptr + r * s_c_r + ge, mask=bm, other=0).to(tl.int8).to(tl.float32)
         vo = tl.load(codes_ptr + r * s_c_r + go, mask=bm, other=0).to(tl.int8).to(tl.float32)
     else:
-        byte = tl.load(codes_ptr + r * s_c_r + blk[:, None] * (QB // 2) + j[None, :], mask=bm, other=0).to(tl.uint8)
+        byte = tl.load(
+            codes_ptr + r * s_c_r + blk[:, None] * (QB // 2) + j[None, :], mask=bm, other=0
+        ).to(tl.uint8)
         ue = (byte >> 4) & 0xF
         uo = byte & 0xF
         if KIND == 1:
@@ -113,7 +140,9 @@ def _load_fp16_bytes(ptr, mask):
 
 
 @triton.jit
-def ggml_quantize_kernel(x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexpr, IS_Q8: tl.constexpr):
+def ggml_quantize_kernel(
+    x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexpr, IS_Q8: tl.constexpr
+):
     """Rows of n_blocks*32 values -> GGML blocks (Q8_0: 34 bytes, Q4_0: 18 bytes)."""
     r = tl.program_id(0).to(tl.int64)
     blk = tl.arange(0, NB)
@@ -124,8 +153,14 @@ def ggml_quantize_kernel(x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexp
     xl = tl.load(x_ptr + r * s_x_r + lo_idx, mask=bm, other=0.0).to(tl.float32)
     xh = tl.load(x_ptr + r * s_x_r + hi_idx, mask=bm, other=0.0).to(tl.float32)
     if IS_Q8:
-        d = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xl), axis=1), tl.max(tl.abs(xh), axis=1)), 127.0)
-        inv = tl.where(d == 0.0, 0.0, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), tl.where(d == 0.0, 1.0, d)))
+        d = tl.math.div_rn(
+            tl.maximum(tl.max(tl.abs(xl), axis=1), tl.max(tl.abs(xh), axis=1)), 127.0
+        )
+        inv = tl.where(
+            d == 0.0,
+            0.0,
+            tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), tl.where(d == 0.0, 1.0, d)),
+        )
         ql = _round_half_away(xl * inv[:, None]).to(tl.int8).to(tl.uint8, bitcast=True)
         qh = _round_half_away(xh * inv[:, None]).to(tl.int8).to(tl.uint8, bitcast=True)
         base = out_ptr + r * s_o_r + blk * 34
@@ -148,7 +183,11 @@ def ggml_quantize_kernel(x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexp
             tl.max(tl.where(j[None, :] + 16 == first[:, None], xh, float("-inf")), axis=1),
         )
         d = tl.math.div_rn(m, -8.0)
-        inv = tl.where(d == 0.0, 0.0, tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), tl.where(d == 0.0, 1.0, d)))
+        inv = tl.where(
+            d == 0.0,
+            0.0,
+            tl.math.div_rn(tl.full(d.shape, 1.0, tl.float32), tl.where(d == 0.0, 1.0, d)),
+        )
         ql = tl.minimum(tl.maximum(tl.floor(xl * inv[:, None] + 8.5), 0.0), 15.0).to(tl.int32)
         qh = tl.minimum(tl.maximum(tl.floor(xh * inv[:, None] + 8.5), 0.0), 15.0).to(tl.int32)
         base = out_ptr + r * s_o_r + blk * 18
@@ -157,7 +196,9 @@ def ggml_quantize_kernel(x_ptr, out_ptr, n_blocks, s_x_r, s_o_r, NB: tl.constexp
 
 
 @triton.jit
-def ggml_dequantize_kernel(data_ptr, out_ptr, n_blocks, s_d_r, s_o_r, NB: tl.constexpr, IS_Q8: tl.constexpr):
+def ggml_dequantize_kernel(
+    data_ptr, out_ptr, n_blocks, s_d_r, s_o_r, NB: tl.constexpr, IS_Q8: tl.constexpr
+):
     r = tl.program_id(0).to(tl.int64)
     blk = tl.arange(0, NB)
     bv = blk < n_blocks
@@ -167,8 +208,16 @@ def ggml_dequantize_kernel(data_ptr, out_ptr, n_blocks, s_d_r, s_o_r, NB: tl.con
     if IS_Q8:
         base = data_ptr + r * s_d_r + blk * 34
         d = _load_fp16_bytes(base, bv)[:, None]
-        ql = tl.load(base[:, None] + 2 + j[None, :], mask=bm, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        qh = tl.load(base[:, None] + 18 + j[None, :], mask=bm, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        ql = (
+            tl.load(base[:, None] + 2 + j[None, :], mask=bm, other=0)
+            .to(tl.int8, bitcast=True)
+            .to(tl.float32)
+        )
+        qh = (
+            tl.load(base[:, None] + 18 + j[None, :], mask=bm, other=0)
+            .to(tl.int8, bitcast=True)
+            .to(tl.float32)
+        )
     else:
         base = data_ptr + r * s_d_r + blk * 18
         d = _load_fp16_bytes(base, bv)[:, None]
@@ -185,7 +234,8 @@ def ggml_dequantize_kernel(data_ptr, out_ptr, n_blocks, s_d_r, s_o_r, NB: tl.con
 
 
 def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
-    return x.reshape(-1, width).contiguous()
+    """``x`` as contiguous rows on the device the kernels run on (results go back to x's)."""
+    return x.reshape(-1, width).to(kernel_device()).contiguous()
 
 
 def _np2(n: int) -> int:
@@ -196,7 +246,9 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
     """Triton twin of :func:`kernels.quant.quantize` (qblock must be a power of two)."""
     quant.check_format(kind, qblock)
     if qblock & (qblock - 1) or qblock < 2:
-        raise KernelError("QNT_BAD_BLOCK", f"the Triton quantizer needs a power-of-two qblock, got {qblock}")
+        raise KernelError(
+            "QNT_BAD_BLOCK", f"the Triton quantizer needs a power-of-two qblock, got {qblock}"
+        )
     if not bool(torch.isfinite(x).all()):
         raise KernelError("QNT_NON_FINITE", "cannot quantize NaN or infinite values")
     dim = int(x.shape[-1])
@@ -206,17 +258,35 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
     nb = pad // qblock
     n = rows.shape[0]
     if kind == "q8_0":
-        codes = torch.empty(n, pad, dtype=torch.int8, device=x.device)
+        codes = torch.empty(n, pad, dtype=torch.int8, device=rows.device)
     else:
-        codes = torch.empty(n, pad // 2, dtype=torch.uint8, device=x.device)
-    scales = torch.empty(n, nb, dtype=torch.float16, device=x.device)
-    mids = quant.nf4_midpoints().to(x.device)
+        codes = torch.empty(n, pad // 2, dtype=torch.uint8, device=rows.device)
+    scales = torch.empty(n, nb, dtype=torch.float16, device=rows.device)
+    mids = quant.nf4_midpoints().to(rows.device)
     if n:
         quantize_kernel[(n,)](
-            rows, codes, scales, mids, dim, nb, rows.stride(0), codes.stride(0), scales.stride(0),
-            QMAX[kind], KIND=KIND_ID[kind], QB=qblock, NB=_np2(nb),
+            rows,
+            codes,
+            scales,
+            mids,
+            dim,
+            nb,
+            rows.stride(0),
+            codes.stride(0),
+            scales.stride(0),
+            QMAX[kind],
+            KIND=KIND_ID[kind],
+            QB=qblock,
+            NB=_np2(nb),
+            enable_fp_fusion=False,
         )
-    return quant.QuantizedTensor(kind, qblock, dim, codes.reshape(*lead, -1), scales.reshape(*lead, nb))
+    return quant.QuantizedTensor(
+        kind,
+        qblock,
+        dim,
+        codes.reshape(*lead, -1).to(x.device),
+        scales.reshape(*lead, nb).to(x.device),
+    )
 
 
 def dequantize(qt: quant.QuantizedTensor) -> torch.Tensor:
@@ -229,11 +299,21 @@ def dequantize(qt: quant.QuantizedTensor) -> torch.Tensor:
     levels = quant.nf4_levels().to(codes.device)
     if n:
         dequantize_kernel[(n,)](
-            codes, scales, levels, out, qt.dim, qt.n_blocks,
-            codes.stride(0), scales.stride(0), out.stride(0),
-            KIND=KIND_ID[qt.kind], QB=qt.qblock, NB=_np2(qt.n_blocks),
+            codes,
+            scales,
+            levels,
+            out,
+            qt.dim,
+            qt.n_blocks,
+            codes.stride(0),
+            scales.stride(0),
+            out.stride(0),
+            KIND=KIND_ID[qt.kind],
+            QB=qt.qblock,
+            NB=_np2(qt.n_blocks),
+            enable_fp_fusion=False,
         )
-    return out.reshape(*lead, qt.dim)
+    return out.reshape(*lead, qt.dim).to(qt.codes.device)
 
 
 def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
@@ -244,12 +324,19 @@ def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     rows = _rows(x.to(torch.float32), n_vals)
     nb = n_vals // quant.GGML_BLOCK
     size = quant.GGML_TYPE_SIZE[qtype]
-    out = torch.empty(rows.shape[0], nb * size, dtype=torch.uint8, device=x.device)
+    out = torch.empty(rows.shape[0], nb * size, dtype=torch.uint8, device=rows.device)
     if rows.shape[0] and nb:
         ggml_quantize_kernel[(rows.shape[0],)](
-            rows, out, nb, rows.stride(0), out.stride(0), NB=_np2(nb), IS_Q8=qtype == "Q8_0"
+            rows,
+            out,
+            nb,
+            rows.stride(0),
+            out.stride(0),
+            NB=_np2(nb),
+            IS_Q8=qtype == "Q8_0",
+            enable_fp_fusion=False,
         )
-    return out.reshape(*lead, nb * size)
+    return out.reshape(*lead, nb * size).to(x.device)
 
 
 def ggml_dequantize(data: torch.Tensor, qtype: str) -> torch.Tensor:
@@ -263,9 +350,16 @@ def ggml_dequantize(data: torch.Tensor, qtype: str) -> torch.Tensor:
     lead = tuple(data.shape[:-1])
     rows = _rows(data.to(torch.uint8), nbytes)
     nb = nbytes // size
-    out = torch.empty(rows.shape[0], nb * quant.GGML_BLOCK, dtype=torch.float32, device=data.device)
+    out = torch.empty(rows.shape[0], nb * quant.GGML_BLOCK, dtype=torch.float32, device=rows.device)
     if rows.shape[0] and nb:
         ggml_dequantize_kernel[(rows.shape[0],)](
-            rows, out, nb, rows.stride(0), out.stride(0), NB=_np2(nb), IS_Q8=qtype == "Q8_0"
+            rows,
+            out,
+            nb,
+            rows.stride(0),
+            out.stride(0),
+            NB=_np2(nb),
+            IS_Q8=qtype == "Q8_0",
+            enable_fp_fusion=False,
         )
-    return out.reshape(*lead, nb * quant.GGML_BLOCK)
+    return out.reshape(*lead, nb * quant.GGML_BLOCK).to(data.device)

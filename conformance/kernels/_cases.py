@@ -10,10 +10,14 @@ import numpy as np
 import torch
 
 from conformance.kernels import _oracle
+from kernels._triton import kernel_device
 from kernels.decoupled_cache import DecoupledDims, NullKV
 
 FUSED_POLICY = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid={resid}"
 NULL_MODES = ("none", "contiguous", "broadcast", "strided")
+# Inputs are drawn on the CPU (reproducible everywhere) and moved to where the kernels run:
+# the CPU under the interpreter, the GPU when compiled.
+DEVICE = kernel_device()
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -62,9 +66,11 @@ def build_gqa(case: GqaCase) -> GqaInputs:
     shape = (case.n_stream, case.kv_size, case.n_head_kv, case.head_dim)
     k_store = torch.randn(shape, generator=g).to(dt)
     v_store = torch.randn(shape, generator=g).to(dt)
+    k_store, v_store = k_store.to(DEVICE), v_store.to(DEVICE)
     k = k_store[case.stream, : case.n_kv]  # a view: strided by stream, row-major inside
     v = v_store[case.stream, : case.n_kv]
     q = (torch.randn(case.n_tokens, case.n_head, case.head_dim, generator=g) * 2.0).to(dt)
+    q = q.to(DEVICE)
     mask = torch.zeros(case.n_tokens, case.n_kv)
     for t in range(case.n_tokens):  # a causal-looking pattern with a few holes
         visible = case.n_kv - (case.n_tokens - 1 - t)
@@ -72,9 +78,14 @@ def build_gqa(case: GqaCase) -> GqaInputs:
         mask[t, 3 : case.n_kv : 7] = -math.inf
     if case.fully_masked_row and case.n_tokens:
         mask[case.n_tokens - 1] = -math.inf
+    mask = mask.to(DEVICE)
     scale = 1.0 / math.sqrt(case.head_dim)
     expected = _oracle.gqa(
-        q.double().numpy(), k.double().numpy(), v.double().numpy(), mask.numpy(), scale
+        q.double().cpu().numpy(),
+        k.double().cpu().numpy(),
+        v.double().cpu().numpy(),
+        mask.cpu().numpy(),
+        scale,
     )
     return GqaInputs(q, k, v, mask, scale, expected)
 
@@ -127,11 +138,12 @@ def _null(case: DecoupledCase, g: torch.Generator) -> NullKV | None:
     b, h = case.batch, case.n_head
     dims = (case.sem_head_dim, case.geo_head_dim, case.v_head_dim)
     if case.null == "broadcast":  # learned per-head parameters [H, hd], broadcast over batch
-        ks, kg, vn = (torch.randn(h, d, generator=g) for d in dims)
+        ks, kg, vn = (torch.randn(h, d, generator=g).to(DEVICE) for d in dims)
     elif case.null == "contiguous":
-        ks, kg, vn = (torch.randn(b, h, d, generator=g) for d in dims)
+        ks, kg, vn = (torch.randn(b, h, d, generator=g).to(DEVICE) for d in dims)
     elif case.null == "strided":  # head-major storage, every other element: no unit stride
-        ks, kg, vn = (torch.randn(h, b, 2 * d, generator=g).transpose(0, 1)[..., ::2] for d in dims)
+        bases = [torch.randn(h, b, 2 * d, generator=g).to(DEVICE) for d in dims]
+        ks, kg, vn = (x.transpose(0, 1)[..., ::2] for x in bases)
     else:
         raise ValueError(case.null)
     return NullKV(ks, kg, vn)
@@ -147,22 +159,30 @@ def oracle_inputs(cache: Any, null: NullKV | None) -> _oracle.DecoupledInputs:
         if fmt.quantized:
             assert ct.codes is not None and ct.scales is not None
             pre = _oracle.dequantize(
-                ct.codes[:, :n_pre].numpy(), ct.scales[:, :n_pre].numpy(), fmt.kind, fmt.qblock, ct.dim
+                ct.codes[:, :n_pre].cpu().numpy(),
+                ct.scales[:, :n_pre].cpu().numpy(),
+                fmt.kind,
+                fmt.qblock,
+                ct.dim,
             )
             tail = (
-                ct.ring[:, : cache.tail_len].double().numpy()
+                ct.ring[:, : cache.tail_len].double().cpu().numpy()
                 if ct.ring is not None
                 else np.zeros((cache.batch, 0, ct.dim))
             )
         else:
             assert ct.buf is not None
-            pre = ct.buf[:, :n_pre].double().numpy()
-            tail = ct.buf[:, n_pre : cache.length].double().numpy()
+            pre = ct.buf[:, :n_pre].double().cpu().numpy()
+            tail = ct.buf[:, n_pre : cache.length].double().cpu().numpy()
         parts.append(_oracle.heads(np.concatenate([pre, tail], axis=1), n_head))
     nulls = None
     if null is not None:
         nx = null.expanded(cache.batch)
-        nulls = (nx.k_sem.double().numpy(), nx.k_geo.double().numpy(), nx.v.double().numpy())
+        nulls = (
+            nx.k_sem.double().cpu().numpy(),
+            nx.k_geo.double().cpu().numpy(),
+            nx.v.double().cpu().numpy(),
+        )
     return _oracle.DecoupledInputs(parts[0], parts[1], parts[2], nulls)
 
 
@@ -180,11 +200,17 @@ def build_decoupled(case: DecoupledCase, target: Any) -> DecoupledInputs:
             return base * (0.25 + torch.rand(case.batch, case.length, 1, generator=g) * 1.5)
 
         cache.append(keys(d.sem_dim), keys(d.geo_dim), keys(d.v_dim))
-    q_sem = torch.randn(case.batch, d.n_head, d.sem_head_dim, generator=g) * case.q_gain
-    q_geo = torch.randn(case.batch, d.n_head, d.geo_head_dim, generator=g) * case.q_gain
+    q_sem = (torch.randn(case.batch, d.n_head, d.sem_head_dim, generator=g) * case.q_gain).to(
+        DEVICE
+    )
+    q_geo = (torch.randn(case.batch, d.n_head, d.geo_head_dim, generator=g) * case.q_gain).to(
+        DEVICE
+    )
     null = _null(case, g)
     ss = 1.0 / math.sqrt(d.sem_head_dim)
     gs = 1.0 / math.sqrt(d.geo_head_dim)
     oin = oracle_inputs(cache, null)
-    expected = _oracle.decoupled(q_sem.double().numpy(), q_geo.double().numpy(), oin, ss, gs)
+    expected = _oracle.decoupled(
+        q_sem.double().cpu().numpy(), q_geo.double().cpu().numpy(), oin, ss, gs
+    )
     return DecoupledInputs(q_sem, q_geo, cache, null, ss, gs, expected, oin)

@@ -82,7 +82,9 @@ def code_values(codes: np.ndarray, kind: str) -> np.ndarray:
     return NF4.astype(np.float64)[u]
 
 
-def dequantize(codes: np.ndarray, scales: np.ndarray, kind: str, qblock: int, dim: int) -> np.ndarray:
+def dequantize(
+    codes: np.ndarray, scales: np.ndarray, kind: str, qblock: int, dim: int
+) -> np.ndarray:
     vals = code_values(codes, kind)
     lead = vals.shape[:-1]
     nb = np.asarray(scales).shape[-1]
@@ -162,7 +164,10 @@ def decoupled(
     v = inp.v
     if inp.null is not None:
         ks, kg, vn = inp.null
-        s_null = np.einsum("bhd,bhd->bh", qs, ks) * sem_scale + np.einsum("bhd,bhd->bh", qg, kg) * geo_scale
+        s_null = (
+            np.einsum("bhd,bhd->bh", qs, ks) * sem_scale
+            + np.einsum("bhd,bhd->bh", qg, kg) * geo_scale
+        )
         s = np.concatenate([s_null[..., None], s], axis=-1)
         v = np.concatenate([vn[:, :, None, :], v], axis=2)
     return softmax_attend(s, v)

@@ -28,7 +28,7 @@ TOLERANCES: dict[str, Tolerance] = {
 
 def _np(x: object) -> np.ndarray:
     if isinstance(x, torch.Tensor):
-        return x.detach().cpu().double().numpy()
+        return x.detach().cpu().double().cpu().numpy()
     return np.asarray(x, dtype=np.float64)
 
 
@@ -56,7 +56,9 @@ def assert_close(
     o = _np(out)
     r = _np(ref)
     assert o.shape == r.shape, f"{what}: shape {o.shape} != oracle {r.shape}"
-    assert np.isfinite(o).all(), f"{what}: output holds NaN/inf at {np.argwhere(~np.isfinite(o))[:5].tolist()}"
+    assert np.isfinite(o).all(), (
+        f"{what}: output holds NaN/inf at {np.argwhere(~np.isfinite(o))[:5].tolist()}"
+    )
     tol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
     nmse_bound = tol.nmse * max(1.0, n_keys / LONG_CONTEXT)
     e_nmse, e_abs = nmse(r, o), max_abs(r, o)

@@ -41,8 +41,8 @@ def test_tokens_are_stored_token_major_in_their_formats(target: Any) -> None:
         codes, scales = _oracle.quantize(x.numpy(), kind, 32)
         assert tuple(ct.codes.shape) == (3, 10, codes.shape[-1]), name
         assert tuple(ct.scales.shape) == (3, 10, scales.shape[-1]), name
-        np.testing.assert_array_equal(ct.codes[:, :7].numpy(), codes, err_msg=name)
-        np.testing.assert_array_equal(ct.scales[:, :7].numpy(), scales, err_msg=name)
+        np.testing.assert_array_equal(ct.codes[:, :7].cpu().numpy(), codes, err_msg=name)
+        np.testing.assert_array_equal(ct.scales[:, :7].cpu().numpy(), scales, err_msg=name)
 
 
 @pytest.mark.invariant("DBA-003")
@@ -50,8 +50,8 @@ def test_float_policies_store_values(target: Any) -> None:
     cache = target.decoupled_cache("ksem=fp32,kgeo=fp16,v=fp32,resid=64", 2, HEADS, 2, 6)
     xs = _tokens(2, 4, seed=2)
     cache.append(*xs)
-    assert torch.equal(cache.k_sem.buf[:, :4], xs[0])
-    assert torch.equal(cache.k_geo.buf[:, :4], xs[1].half())
+    assert torch.equal(cache.k_sem.buf[:, :4].cpu(), xs[0])
+    assert torch.equal(cache.k_geo.buf[:, :4].cpu(), xs[1].half())
     assert cache.prefix_len == 4 and cache.tail_len == 0  # nothing quantized: no residual
 
 
@@ -65,11 +65,15 @@ def test_the_tail_keeps_the_last_tokens_exactly(target: Any, resid: int, max_len
     full = [torch.cat([c[i] for c in chunks], dim=1) for i in range(3)]
     length = full[0].shape[1]
     r = min(resid, max_len)
-    assert (cache.length, cache.prefix_len, cache.tail_len) == (length, max(0, length - r), min(length, r))
+    assert (cache.length, cache.prefix_len, cache.tail_len) == (
+        length,
+        max(0, length - r),
+        min(length, r),
+    )
     for name, x in zip(("k_sem", "k_geo", "v"), full):
         ring = getattr(cache, name).ring
         for t in range(cache.prefix_len, length):
-            assert torch.equal(ring[:, t % r], x[:, t].half()), f"{name} token {t}"
+            assert torch.equal(ring[:, t % r].cpu(), x[:, t].half()), f"{name} token {t}"
 
 
 @pytest.mark.invariant("DBA-004")

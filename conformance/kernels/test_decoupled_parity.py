@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.kernels import _cases, _tolerance
@@ -48,7 +48,9 @@ def _check(target: Any, case: _cases.DecoupledCase, path: str, partition_size: i
         pytest.skip(f"target offers no {path} kernel")
     inp = _cases.build_decoupled(case, target)
     out = decode(target, inp, path, partition_size)
-    _tolerance.assert_close(out, inp.expected, f"{path} ps={partition_size} {case.id()}", n_keys=case.length)
+    _tolerance.assert_close(
+        out, inp.expected, f"{path} ps={partition_size} {case.id()}", n_keys=case.length
+    )
 
 
 def _matrix(with_null: bool) -> list[Any]:
@@ -65,7 +67,9 @@ def _matrix(with_null: bool) -> list[Any]:
                         ids += [NULL_INVARIANT[path], "KRN-015"]
                     if resid:
                         ids.append("KRN-016")
-                    case = _cases.DecoupledCase(length=length, resid=resid, null=null, seed=length + ps)
+                    case = _cases.DecoupledCase(
+                        length=length, resid=resid, null=null, seed=length + ps
+                    )
                     params.append(
                         pytest.param(
                             case,
@@ -79,12 +83,16 @@ def _matrix(with_null: bool) -> list[Any]:
 
 
 @pytest.mark.parametrize("case,path,partition_size", _matrix(with_null=False))
-def test_fused_without_null(target: Any, case: _cases.DecoupledCase, path: str, partition_size: int) -> None:
+def test_fused_without_null(
+    target: Any, case: _cases.DecoupledCase, path: str, partition_size: int
+) -> None:
     _check(target, case, path, partition_size)
 
 
 @pytest.mark.parametrize("case,path,partition_size", _matrix(with_null=True))
-def test_fused_with_null(target: Any, case: _cases.DecoupledCase, path: str, partition_size: int) -> None:
+def test_fused_with_null(
+    target: Any, case: _cases.DecoupledCase, path: str, partition_size: int
+) -> None:
     _check(target, case, path, partition_size)
 
 
@@ -120,7 +128,7 @@ def random_cases(draw: st.DrawFn) -> tuple[_cases.DecoupledCase, str, int]:
 
 
 @pytest.mark.invariant("KRN-010", "KRN-011", "KRN-013", "KRN-014", "KRN-015", "KRN-016")
-@settings(max_examples=ks.examples(3))
+@ks.kernel_settings(3)
 @given(drawn=random_cases())
 def test_random_shapes(target: Any, drawn: tuple[_cases.DecoupledCase, str, int]) -> None:
     case, path, ps = drawn

@@ -32,12 +32,22 @@ def test_a_requested_gqa_kernel_runs(target: Any, request_: str, path: str) -> N
 
 
 INELIGIBLE = [
-    pytest.param("ksem=nf4@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 64), "policy", id="nf4-ksem"),
-    pytest.param("ksem=q4_0@16,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 64), "policy", id="qblock16"),
-    pytest.param("ksem=q4_0@32,kgeo=q4_0@32,v=q4_0@32,resid=0", (16, 32, 64), "policy", id="q4-kgeo"),
+    pytest.param(
+        "ksem=nf4@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 64), "policy", id="nf4-ksem"
+    ),
+    pytest.param(
+        "ksem=q4_0@16,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 64), "policy", id="qblock16"
+    ),
+    pytest.param(
+        "ksem=q4_0@32,kgeo=q4_0@32,v=q4_0@32,resid=0", (16, 32, 64), "policy", id="q4-kgeo"
+    ),
     pytest.param("ksem=fp16,kgeo=fp16,v=fp16,resid=0", (16, 32, 64), "policy", id="fp16"),
-    pytest.param("ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 12), "power of two", id="dv12"),
-    pytest.param("ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (6, 32, 32), "power of two", id="dsem6"),
+    pytest.param(
+        "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 12), "power of two", id="dv12"
+    ),
+    pytest.param(
+        "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (6, 32, 32), "power of two", id="dsem6"
+    ),
 ]
 
 
@@ -62,9 +72,21 @@ def test_ineligible_configurations_fall_back_with_a_reason(
 
 @pytest.mark.requires(*DECOUPLED)
 @pytest.mark.invariant("KRN-022")
-@pytest.mark.parametrize("length,resid,path", [(49, 0, "triton-1pass"), (50, 0, "triton-2pass"), (60, 20, "triton-1pass"), (90, 20, "triton-2pass")])
-def test_auto_picks_two_pass_from_the_threshold(target: Any, length: int, resid: int, path: str) -> None:
-    inp = _cases.build_decoupled(_cases.DecoupledCase(length=length, resid=resid, null="broadcast"), target)
+@pytest.mark.parametrize(
+    "length,resid,path",
+    [
+        (49, 0, "triton-1pass"),
+        (50, 0, "triton-2pass"),
+        (60, 20, "triton-1pass"),
+        (90, 20, "triton-2pass"),
+    ],
+)
+def test_auto_picks_two_pass_from_the_threshold(
+    target: Any, length: int, resid: int, path: str
+) -> None:
+    inp = _cases.build_decoupled(
+        _cases.DecoupledCase(length=length, resid=resid, null="broadcast"), target
+    )
     out, record = target.decoupled_decode(
         inp.q_sem, inp.q_geo, inp.cache, inp.null, "auto", 32, two_pass_min_tokens=50
     )
@@ -76,7 +98,9 @@ def test_auto_picks_two_pass_from_the_threshold(target: Any, length: int, resid:
 @pytest.mark.invariant("KRN-022")
 @pytest.mark.parametrize("length,path", [(40, "triton-1pass"), (4096, "triton-2pass")])
 def test_auto_default_threshold_is_4096(target: Any, length: int, path: str) -> None:
-    case = _cases.DecoupledCase(batch=1, n_head=1, length=length, sem_head_dim=8, geo_head_dim=8, v_head_dim=8)
+    case = _cases.DecoupledCase(
+        batch=1, n_head=1, length=length, sem_head_dim=8, geo_head_dim=8, v_head_dim=8
+    )
     inp = _cases.build_decoupled(case, target)
     out, record = target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, None, "auto", 1024)
     assert record.path == path, record.reason
@@ -85,7 +109,9 @@ def test_auto_default_threshold_is_4096(target: Any, length: int, path: str) -> 
 
 @pytest.mark.requires("kernels.gqa_decode")
 @pytest.mark.invariant("KRN-022")
-@pytest.mark.parametrize("n_kv,path", [(39, "triton-1pass"), (40, "triton-2pass"), (70, "triton-2pass")])
+@pytest.mark.parametrize(
+    "n_kv,path", [(39, "triton-1pass"), (40, "triton-2pass"), (70, "triton-2pass")]
+)
 def test_gqa_auto_threshold(target: Any, n_kv: int, path: str) -> None:
     inp = _cases.build_gqa(_cases.GqaCase(n_kv=n_kv, kv_size=80))
     out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, "auto", 32, 40)
@@ -97,7 +123,9 @@ def test_gqa_auto_threshold(target: Any, n_kv: int, path: str) -> None:
 @pytest.mark.invariant("KRN-023")
 def test_reference_paths_run_when_requested(target: Any) -> None:
     inp = _cases.build_decoupled(_cases.DecoupledCase(length=30, resid=4, null="strided"), target)
-    out, record = target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, inp.null, "streaming", 32)
+    out, record = target.decoupled_decode(
+        inp.q_sem, inp.q_geo, inp.cache, inp.null, "streaming", 32
+    )
     assert (record.path, record.reason) == ("streaming", "requested")
     _tolerance.assert_close(out, inp.expected, "streaming")
     g = _cases.build_gqa(_cases.GqaCase(n_kv=9))

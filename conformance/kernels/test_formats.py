@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.kernels import _oracle
@@ -27,8 +27,12 @@ def impls(target: Any) -> tuple[str, ...]:
     return tuple(target.kv_quant_impls())
 
 
-def _quantize(target: Any, x: np.ndarray, kind: str, qblock: int, impl: str) -> tuple[np.ndarray, np.ndarray]:
-    codes, scales = target.kv_quantize(torch.from_numpy(np.ascontiguousarray(x)), kind, qblock, impl)
+def _quantize(
+    target: Any, x: np.ndarray, kind: str, qblock: int, impl: str
+) -> tuple[np.ndarray, np.ndarray]:
+    codes, scales = target.kv_quantize(
+        torch.from_numpy(np.ascontiguousarray(x)), kind, qblock, impl
+    )
     return codes.cpu().numpy(), scales.cpu().numpy()
 
 
@@ -43,7 +47,7 @@ def _assert_codes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003", "QNT-006")
-@settings(max_examples=ks.examples(25))
+@ks.kernel_settings(25)
 @given(case=ks.quant_inputs())
 def test_codes_and_scales_match_the_spec(target: Any, impls: tuple[str, ...], case: Any) -> None:
     x, kind, qblock = case
@@ -56,7 +60,9 @@ def test_codes_and_scales_match_the_spec(target: Any, impls: tuple[str, ...], ca
 
 
 @pytest.mark.invariant("QNT-002")
-def test_q4_0_packs_the_even_element_in_the_high_nibble(target: Any, impls: tuple[str, ...]) -> None:
+def test_q4_0_packs_the_even_element_in_the_high_nibble(
+    target: Any, impls: tuple[str, ...]
+) -> None:
     # amax 7 -> Δ = 1, codes = x + 8 = [15, 1, 8, 9]: bytes 0xF1 and 0x89.
     x = np.array([[7.0, -7.0, 0.0, 1.0]], dtype=np.float32)
     for impl in impls:
@@ -66,14 +72,22 @@ def test_q4_0_packs_the_even_element_in_the_high_nibble(target: Any, impls: tupl
 
 
 @pytest.mark.invariant("QNT-004")
-@settings(max_examples=ks.examples(25))
+@ks.kernel_settings(25)
 @given(case=ks.quant_inputs())
-def test_round_trip_error_is_at_most_half_a_step(target: Any, impls: tuple[str, ...], case: Any) -> None:
+def test_round_trip_error_is_at_most_half_a_step(
+    target: Any, impls: tuple[str, ...], case: Any
+) -> None:
     x, kind, qblock = case
     dim = x.shape[-1]
     for impl in impls:
         codes, scales = target.kv_quantize(torch.from_numpy(x), kind, qblock, impl)
-        back = target.kv_dequantize(codes, scales, kind, qblock, dim, impl).cpu().double().numpy()
+        back = (
+            target.kv_dequantize(codes, scales, kind, qblock, dim, impl)
+            .cpu()
+            .double()
+            .cpu()
+            .numpy()
+        )
         assert back.shape == x.shape
         pad = scales.shape[-1] * qblock
         err = np.zeros((x.shape[0], pad))
@@ -90,24 +104,30 @@ def test_round_trip_error_is_at_most_half_a_step(target: Any, impls: tuple[str, 
 
 @pytest.mark.invariant("QNT-005")
 @pytest.mark.parametrize("kind", ["q4_0", "nf4"])
-def test_every_byte_unpacks_to_its_two_nibbles(target: Any, impls: tuple[str, ...], kind: str) -> None:
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)  # 16 rows x 32 elements
+def test_every_byte_unpacks_to_its_two_nibbles(
+    target: Any, impls: tuple[str, ...], kind: str
+) -> None:
+    codes = (
+        torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+    )  # 16 rows x 32 elements
     scales = torch.ones(16, 1, dtype=torch.float16)
     want = _oracle.dequantize(codes.numpy(), scales.numpy(), kind, 32, 32)
     pairs = {tuple(row) for row in want.reshape(-1, 2).tolist()}
     assert len(pairs) == 256  # the oracle itself: distinct bytes give distinct pairs
     for impl in impls:
-        got = target.kv_dequantize(codes, scales, kind, 32, 32, impl).cpu().double().numpy()
+        got = target.kv_dequantize(codes, scales, kind, 32, 32, impl).cpu().double().cpu().numpy()
         np.testing.assert_array_equal(got, want, err_msg=f"{impl} {kind}")
 
 
 @pytest.mark.invariant("QNT-005")
-@settings(max_examples=ks.examples(20))
+@ks.kernel_settings(20)
 @given(
     kind=st.sampled_from(ks.KINDS),
     data=st.data(),
 )
-def test_codes_survive_dequantize_then_quantize(target: Any, impls: tuple[str, ...], kind: str, data: Any) -> None:
+def test_codes_survive_dequantize_then_quantize(
+    target: Any, impls: tuple[str, ...], kind: str, data: Any
+) -> None:
     """Codes -> values (scale 1) -> codes is the identity on every reachable code sequence."""
     n = 32
     if kind == "q8_0":
@@ -130,7 +150,9 @@ def test_codes_survive_dequantize_then_quantize(target: Any, impls: tuple[str, .
 
 @pytest.mark.invariant("QNT-006")
 @pytest.mark.parametrize("kind,pad_code", [("q8_0", 0), ("q4_0", 8), ("nf4", 7)])
-def test_padding_is_quantized_as_zero(target: Any, impls: tuple[str, ...], kind: str, pad_code: int) -> None:
+def test_padding_is_quantized_as_zero(
+    target: Any, impls: tuple[str, ...], kind: str, pad_code: int
+) -> None:
     x = np.linspace(-3.0, 3.0, 33, dtype=np.float32)[None, :]
     for impl in impls:
         codes, scales = target.kv_quantize(torch.from_numpy(x), kind, 32, impl)
@@ -138,7 +160,9 @@ def test_padding_is_quantized_as_zero(target: Any, impls: tuple[str, ...], kind:
         vals = _oracle.code_values(codes.cpu().numpy(), kind)
         padding = vals[0, 33:]
         zero_value = _oracle.code_values(
-            np.array([pad_code], dtype=np.int8) if kind == "q8_0" else np.array([(pad_code << 4) | pad_code], dtype=np.uint8),
+            np.array([pad_code], dtype=np.int8)
+            if kind == "q8_0"
+            else np.array([(pad_code << 4) | pad_code], dtype=np.uint8),
             kind,
         )[0]
         assert (padding == zero_value).all(), f"{impl} {kind}: padding codes {padding}"
@@ -171,7 +195,9 @@ def test_all_zero_block(target: Any, impls: tuple[str, ...], kind: str) -> None:
         (torch.ones(1, 32), "nf4", 5, "QNT_BAD_BLOCK"),
     ],
 )
-def test_bad_input_raises(target: Any, impls: tuple[str, ...], x: torch.Tensor, kind: str, qblock: int, code: str) -> None:
+def test_bad_input_raises(
+    target: Any, impls: tuple[str, ...], x: torch.Tensor, kind: str, qblock: int, code: str
+) -> None:
     for impl in impls:
         with pytest.raises(EngineError) as err:
             target.kv_quantize(x, kind, qblock, impl)
@@ -180,7 +206,9 @@ def test_bad_input_raises(target: Any, impls: tuple[str, ...], x: torch.Tensor, 
 
 @pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003")
 @pytest.mark.parametrize("kind", ks.KINDS)
-def test_known_tensor_snapshot(target: Any, impls: tuple[str, ...], kind: str, snapshot: Any) -> None:
+def test_known_tensor_snapshot(
+    target: Any, impls: tuple[str, ...], kind: str, snapshot: Any
+) -> None:
     """A fixed tensor's codes and scales, so a format change shows up as a reviewed diff."""
     g = torch.Generator().manual_seed(7)
     x = torch.randn(3, 40, generator=g) * torch.tensor([[0.01], [1.0], [300.0]])

@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 
 from conformance.strategies import kernels as ks
 from reference_impl.errors import EngineError
@@ -43,14 +43,14 @@ def _check_against_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray, qtyp
 
 
 @pytest.mark.invariant("QNT-009")
-@settings(max_examples=ks.examples(20))
+@ks.kernel_settings(20)
 @given(x=ks.ggml_rows())
 def test_q8_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
     _check_against_gguf(target, impls, x, "Q8_0")
 
 
 @pytest.mark.invariant("QNT-010")
-@settings(max_examples=ks.examples(20))
+@ks.kernel_settings(20)
 @given(x=ks.ggml_rows())
 def test_q4_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
     _check_against_gguf(target, impls, x, "Q4_0")

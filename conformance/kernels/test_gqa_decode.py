@@ -39,18 +39,41 @@ def _cases_for_scale() -> list[_cases.GqaCase]:
         _cases.GqaCase(n_tokens=1, n_head=4, n_head_kv=2, head_dim=16, n_kv=1),
         _cases.GqaCase(n_tokens=3, n_head=6, n_head_kv=2, head_dim=40, n_kv=77, kv_size=96),
         _cases.GqaCase(n_tokens=2, n_head=8, n_head_kv=1, head_dim=64, n_kv=33, stream=0),
-        _cases.GqaCase(n_tokens=2, n_head=4, n_head_kv=4, head_dim=32, n_kv=70, kv_size=80, dtype="float16"),
+        _cases.GqaCase(
+            n_tokens=2, n_head=4, n_head_kv=4, head_dim=32, n_kv=70, kv_size=80, dtype="float16"
+        ),
     ]
     if ks.grid_scale() == "ci":
         return base
     big = 4096 if ks.grid_scale() == "gpu" else 300
-    return base + [
-        _cases.GqaCase(n_tokens=4, n_head=32, n_head_kv=8, head_dim=128, n_kv=big, kv_size=big + 16, seed=s, dtype=dt)
-        for s in range(2)
-        for dt in ("float32", "float16")
-    ] + [
-        _cases.GqaCase(n_tokens=5, n_head=12, n_head_kv=4, head_dim=80, n_kv=513, kv_size=600, fully_masked_row=True),
-    ]
+    return (
+        base
+        + [
+            _cases.GqaCase(
+                n_tokens=4,
+                n_head=32,
+                n_head_kv=8,
+                head_dim=128,
+                n_kv=big,
+                kv_size=big + 16,
+                seed=s,
+                dtype=dt,
+            )
+            for s in range(2)
+            for dt in ("float32", "float16")
+        ]
+        + [
+            _cases.GqaCase(
+                n_tokens=5,
+                n_head=12,
+                n_head_kv=4,
+                head_dim=80,
+                n_kv=513,
+                kv_size=600,
+                fully_masked_row=True,
+            ),
+        ]
+    )
 
 
 @pytest.mark.invariant("KRN-001")
@@ -69,14 +92,19 @@ def test_consecutive_query_heads_share_a_kv_head(target: Any) -> None:
     n_kv, n_head_kv, n_head, d = 20, 3, 6, 16
     g = torch.Generator().manual_seed(3)
     k = torch.randn(n_kv, n_head_kv, d, generator=g)
-    v = torch.arange(1, n_head_kv + 1, dtype=torch.float32).reshape(1, n_head_kv, 1).expand(n_kv, n_head_kv, d)
+    v = (
+        torch.arange(1, n_head_kv + 1, dtype=torch.float32)
+        .reshape(1, n_head_kv, 1)
+        .expand(n_kv, n_head_kv, d)
+    )
     q = torch.randn(2, n_head, d, generator=g)
     mask = torch.zeros(2, n_kv)
     want = (torch.arange(n_head) // (n_head // n_head_kv) + 1).float()
+    k, v, q, mask = (x.contiguous().to(_cases.DEVICE) for x in (k, v, q, mask))
     for path in _paths(target):
-        out, record = target.gqa_decode(q, k, v.contiguous(), mask, 0.25, REQUEST[path], 32)
+        out, record = target.gqa_decode(q, k, v, mask, 0.25, REQUEST[path], 32)
         assert record.path == path
-        assert torch.allclose(out[:, :, 0], want.expand(2, n_head), atol=1e-5), (
+        assert torch.allclose(out[:, :, 0].cpu(), want.expand(2, n_head), atol=1e-5), (
             f"{path}: head -> kv value {out[0, :, 0].tolist()}, expected {want.tolist()}"
         )
 
@@ -104,17 +132,21 @@ def test_no_cells_gives_zeros(target: Any) -> None:
 def test_two_pass_does_not_depend_on_the_partition_size(target: Any, n_kv: int) -> None:
     if "triton-2pass" not in target.gqa_decode_paths():
         pytest.skip("target has no 2-pass GQA kernel")
-    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=2, n_head=4, n_head_kv=2, n_kv=n_kv, kv_size=128))
+    inp = _cases.build_gqa(
+        _cases.GqaCase(n_tokens=2, n_head=4, n_head_kv=2, n_kv=n_kv, kv_size=128)
+    )
     outs = {ps: _run(target, inp, "triton-2pass", ps) for ps in (32, 64, 256)}
     for ps, out in outs.items():
         _tolerance.assert_close(out, inp.expected, f"partition {ps}")
-        _tolerance.assert_close(out, outs[32].double().numpy(), f"partition {ps} vs 32")
+        _tolerance.assert_close(out, outs[32].double().cpu().numpy(), f"partition {ps} vs 32")
 
 
 @pytest.mark.invariant("KRN-005")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_output_dtype_and_shape(target: Any, dtype: str) -> None:
-    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=2, n_head=6, n_head_kv=3, head_dim=24, n_kv=10, dtype=dtype))
+    inp = _cases.build_gqa(
+        _cases.GqaCase(n_tokens=2, n_head=6, n_head_kv=3, head_dim=24, n_kv=10, dtype=dtype)
+    )
     for path in _paths(target):
         out = _run(target, inp, path)
         assert out.dtype == getattr(torch, dtype) and tuple(out.shape) == (2, 6, 24), path
@@ -154,7 +186,13 @@ def test_scale_is_applied(target: Any) -> None:
     scale = 0.7 / math.sqrt(inp.q.shape[-1])
     from conformance.kernels import _oracle
 
-    want = _oracle.gqa(inp.q.double().numpy(), inp.k.double().numpy(), inp.v.double().numpy(), inp.mask.numpy(), scale)
+    want = _oracle.gqa(
+        inp.q.double().cpu().numpy(),
+        inp.k.double().cpu().numpy(),
+        inp.v.double().cpu().numpy(),
+        inp.mask.cpu().numpy(),
+        scale,
+    )
     for path in _paths(target):
         out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, scale, REQUEST[path], 32)
         assert record.path == path

@@ -68,7 +68,9 @@ def test_canonical_string_round_trips(target: Any, fields: dict[str, Any]) -> No
 @pytest.mark.invariant("QNT-014")
 @settings(max_examples=ks.examples(40))
 @given(data=st.data(), fields=ks.policies())
-def test_aliases_case_spaces_and_default_block(target: Any, data: Any, fields: dict[str, Any]) -> None:
+def test_aliases_case_spaces_and_default_block(
+    target: Any, data: Any, fields: dict[str, Any]
+) -> None:
     text = data.draw(ks.policy_spellings(fields))
     parsed = target.parse_kv_policy(text)
     assert {k: parsed[k] for k in fields} == fields, text
@@ -78,7 +80,12 @@ def test_aliases_case_spaces_and_default_block(target: Any, data: Any, fields: d
 @pytest.mark.invariant("QNT-014")
 def test_residual_len_alias_and_default_block(target: Any) -> None:
     got = target.parse_kv_policy("KSem_Kind=q4_0, kgeo = q8_0 ,V=q4_0@32,residual_len=7")
-    assert (got["k_sem"], got["k_geo"], got["v"], got["resid"]) == ("q4_0@32", "q8_0@32", "q4_0@32", 7)
+    assert (got["k_sem"], got["k_geo"], got["v"], got["resid"]) == (
+        "q4_0@32",
+        "q8_0@32",
+        "q4_0@32",
+        7,
+    )
 
 
 @pytest.mark.requires("kernels.policy")
@@ -139,7 +146,11 @@ def test_missing_key(target: Any, text: str, field: str) -> None:
     "text,code,field",
     [
         ("ksem=q4_0,kgoe=q8_0,v=q4_0,resid=1", "QNT_POLICY_UNKNOWN_KEY", "kgoe"),
-        ("ksem=q4_0,kgeo=q8_0,v=q4_0,resid=1,decode_block=64", "QNT_POLICY_UNKNOWN_KEY", "decode_block"),
+        (
+            "ksem=q4_0,kgeo=q8_0,v=q4_0,resid=1,decode_block=64",
+            "QNT_POLICY_UNKNOWN_KEY",
+            "decode_block",
+        ),
         ("ksem=q4_0,kgeo=q8_0,v=q4_0,resid=1,ksemkind=nf4", "QNT_POLICY_DUPLICATE_KEY", "ksem"),
         ("ksem=q4_0,kgeo=q8_0,v=q4_0,resid=1,residual=2", "QNT_POLICY_DUPLICATE_KEY", "resid"),
         ("ksem=q4_0,kgeo=q8_0,v=q4_0,resid=-1", "QNT_POLICY_BAD_RESID", "resid"),

@@ -16,7 +16,7 @@ from conformance.mutants import Mutant, replace
 from kernels._triton import tl, triton
 from kernels.decoupled_triton import _empty_state, _merge_state, _null_state
 
-NEG_INF = float("-inf")
+NEG_INF = tl.constexpr(float("-inf"))
 
 # --------------------------------------------------------------------------------------------
 # Decoupled kernels
@@ -28,7 +28,11 @@ def _online_update_no_rescale(m, d, o, s, v):
     m_new = tl.maximum(m, tl.max(s, axis=0))
     m_safe = tl.where(m_new == NEG_INF, 0.0, m_new)
     p = tl.exp(s - m_safe)
-    return m_new, d + tl.sum(p, axis=0), o + tl.sum(p[:, None] * v, axis=0)  # old state not rescaled
+    return (
+        m_new,
+        d + tl.sum(p, axis=0),
+        o + tl.sum(p[:, None] * v, axis=0),
+    )  # old state not rescaled
 
 
 @triton.jit
@@ -64,7 +68,12 @@ def _reduce_null_per_partition(
     for p in tl.range(0, n_parts):
         slot = row * n_parts + p
         m, d, o = _merge_state(
-            m, d, o, tl.load(mp_ptr + slot), tl.load(dp_ptr + slot), tl.load(op_ptr + slot * DV + dv)
+            m,
+            d,
+            o,
+            tl.load(mp_ptr + slot),
+            tl.load(dp_ptr + slot),
+            tl.load(op_ptr + slot * DV + dv),
         )
         if HAS_NULL:  # the defect: the null token merged with every partition
             s_null, v_null = _null_state(
@@ -91,7 +100,9 @@ def _skip_empty_reduce(target: Any) -> Any:
 
     original = decoupled.reduce_partitions
 
-    def reduce_partitions(qs: Any, qg: Any, cache: Any, null: Any, parts: Any, n_parts: int, *a: Any) -> Any:
+    def reduce_partitions(
+        qs: Any, qg: Any, cache: Any, null: Any, parts: Any, n_parts: int, *a: Any
+    ) -> Any:
         if n_parts == 0:  # the defect: "nothing to reduce" -- and the null token is lost
             rows = cache.batch * cache.dims.n_head
             return decoupled._state(rows, cache.dims.v_head_dim, qs.device)
@@ -148,8 +159,8 @@ def _group_heads_interleaved(kvh, n_head_kv, GROUP: tl.constexpr, GROUP_P2: tl.c
 
 
 @triton.jit
-def _merge_no_rescale(m, l, acc, m2, l2, acc2):
-    return tl.maximum(m, m2), l + l2, acc + acc2  # partitions summed without their max shift
+def _merge_no_rescale(m, den, acc, m2, den2, acc2):
+    return tl.maximum(m, m2), den + den2, acc + acc2  # partitions summed without their max shift
 
 
 def _gqa_softmax_without_guard(target: Any) -> Any:
@@ -216,7 +227,11 @@ def _policy_ignores_unknown_keys(target: Any) -> Any:
     known = set(policy._KEYS)
 
     def parse_policy(text: str) -> Any:
-        fields = [f for f in text.split(",") if f.partition("=")[0].strip().lower().replace("_", "") in known]
+        fields = [
+            f
+            for f in text.split(",")
+            if f.partition("=")[0].strip().lower().replace("_", "") in known
+        ]
         return original(",".join(fields) if fields else text)  # the defect: unknown keys dropped
 
     replace("kernels.policy", "parse_policy", parse_policy)

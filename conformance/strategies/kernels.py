@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -34,6 +35,13 @@ def examples(ci: int) -> int:
     return {"ci": ci, "thorough": ci * 10, "gpu": ci * 10}[grid_scale()]
 
 
+def kernel_settings(ci: int) -> settings:
+    """Settings for a property that runs Triton kernels: ``examples(ci)`` examples and no
+    shrinking. Each example costs interpreter seconds, and shrinking a failure (as a mutant
+    causes) would run hundreds more; the falsifying example is still printed as drawn."""
+    return settings(max_examples=examples(ci), phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
 # ---------------------------------------------------------------------------------------------
 # Values to quantize
 # ---------------------------------------------------------------------------------------------
@@ -46,7 +54,7 @@ def _block_values() -> st.SearchStrategy[float]:
         st.just(0.0),
         st.sampled_from([0.5, -0.5, 1.5, -2.5, 3.5, 7.0, -7.0]),
         st.floats(-8192.0, 8192.0, width=32),
-        st.floats(-2.0**-10, 2.0**-10, width=32),
+        st.floats(-(2.0**-10), 2.0**-10, width=32),
     )
 
 

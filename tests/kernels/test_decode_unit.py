@@ -12,7 +12,9 @@ from reference_impl.errors import KernelError
 DIMS = DecoupledDims(2, 8, 8, 16)
 
 
-def _cache(length: int = 10, policy: str = "ksem=q4_0,kgeo=q8_0,v=q4_0,resid=4") -> DecoupledKVCache:
+def _cache(
+    length: int = 10, policy: str = "ksem=q4_0,kgeo=q8_0,v=q4_0,resid=4"
+) -> DecoupledKVCache:
     c = DecoupledKVCache(policy, DIMS, 2, max(length, 16))
     g = torch.Generator().manual_seed(0)
     c.append(*(torch.randn(2, length, w, generator=g) for w in (16, 16, 32)))
@@ -23,12 +25,16 @@ def _q() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(2, 2, 8), torch.randn(2, 2, 8)
 
 
-def test_without_triton_the_streaming_path_runs_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_triton_the_streaming_path_runs_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(decoupled, "triton_available", lambda: False)
     monkeypatch.setattr(decoupled, "unavailable_reason", lambda: "triton failed to import (x)")
     trace: list[dispatch.DispatchRecord] = []
     decoupled.decoupled_decode(*_q(), _cache(), path="1pass", trace=trace)
-    assert trace[0].path == "streaming" and trace[0].reason == "fallback: triton failed to import (x)"
+    assert (
+        trace[0].path == "streaming" and trace[0].reason == "fallback: triton failed to import (x)"
+    )
 
 
 def test_record_details() -> None:
@@ -45,7 +51,10 @@ def test_record_details() -> None:
     [
         ({"q_sem": torch.zeros(2, 2, 4)}, "KRN_BAD_SHAPE"),
         ({"q_geo": torch.zeros(2, 2, 8, dtype=torch.int64)}, "KRN_BAD_DTYPE"),
-        ({"null": NullKV(torch.zeros(2, 8), torch.zeros(2, 8), torch.zeros(2, 8))}, "KRN_BAD_SHAPE"),
+        (
+            {"null": NullKV(torch.zeros(2, 8), torch.zeros(2, 8), torch.zeros(2, 8))},
+            "KRN_BAD_SHAPE",
+        ),
         ({"path": "3pass"}, "KRN_BAD_PATH"),
         ({"partition_size": 33}, "KRN_BAD_PARTITION"),
     ],
@@ -64,7 +73,9 @@ def test_gqa_bf16_falls_back_to_torch() -> None:
     kv = torch.randn(4, 1, 8).bfloat16()
     trace: list[dispatch.DispatchRecord] = []
     out = decode_attention.gqa_decode(q, kv, kv, torch.zeros(1, 4), 0.3, path="1pass", trace=trace)
-    assert trace[0].path == "torch" and "bfloat16" in trace[0].reason and out.dtype == torch.bfloat16
+    assert (
+        trace[0].path == "torch" and "bfloat16" in trace[0].reason and out.dtype == torch.bfloat16
+    )
 
 
 def test_cache_errors() -> None:

@@ -28,7 +28,9 @@ def test_choose(requested: str, ineligible: str, tokens: int, expected: tuple[st
     assert dispatch.choose(requested, ineligible, tokens, "torch", CFG) == expected
 
 
-@pytest.mark.parametrize("block_n,partition", [(0, 32), (24, 48), (2048, 2048), (32, 0), (32, 48), (32, 16)])
+@pytest.mark.parametrize(
+    "block_n,partition", [(0, 32), (24, 48), (2048, 2048), (32, 0), (32, 48), (32, 16)]
+)
 def test_bad_tiling(block_n: int, partition: int) -> None:
     with pytest.raises(KernelError) as err:
         dispatch.check_tiling(block_n, partition)
@@ -63,7 +65,13 @@ def test_trace_and_nested_recordings() -> None:
     _call()
     assert len(trace) == 1 and len(outer) == 3 and len(inner) == 1
     rec = trace[0]
-    assert (rec.op, rec.path, rec.requested, rec.reason, rec.tokens) == ("gqa_decode", "torch", "torch", "requested", 3)
+    assert (rec.op, rec.path, rec.requested, rec.reason, rec.tokens) == (
+        "gqa_decode",
+        "torch",
+        "torch",
+        "requested",
+        3,
+    )
     assert not rec.fused and not rec.interpreter
 
 

@@ -26,7 +26,13 @@ def test_odd_nibble_count() -> None:
 
 @pytest.mark.parametrize(
     "kind,dim,qblock,expected",
-    [("fp16", 10, 32, 20), ("fp32", 10, 32, 40), ("q8_0", 32, 32, 34), ("q4_0", 32, 32, 18), ("nf4", 33, 32, 36)],
+    [
+        ("fp16", 10, 32, 20),
+        ("fp32", 10, 32, 40),
+        ("q8_0", 32, 32, 34),
+        ("q4_0", 32, 32, 18),
+        ("nf4", 33, 32, 36),
+    ],
 )
 def test_bytes_per_token(kind: str, dim: int, qblock: int, expected: int) -> None:
     assert quant.bytes_per_token(kind, dim, qblock) == expected
@@ -34,13 +40,21 @@ def test_bytes_per_token(kind: str, dim: int, qblock: int, expected: int) -> Non
 
 def test_quantized_tensor_properties() -> None:
     qt = quant.quantize(torch.randn(2, 70), "q4_0", 32)
-    assert (qt.pad_dim, qt.n_blocks, tuple(qt.codes.shape), tuple(qt.scales.shape)) == (96, 3, (2, 48), (2, 3))
+    assert (qt.pad_dim, qt.n_blocks, tuple(qt.codes.shape), tuple(qt.scales.shape)) == (
+        96,
+        3,
+        (2, 48),
+        (2, 3),
+    )
     assert torch.equal(quant.step_size(qt), qt.scales.float())
     nf = quant.quantize(torch.randn(2, 32), "nf4", 32)
     assert torch.allclose(quant.step_size(nf), nf.scales.float() * 0.30379, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind,qblock,code", [("q6", 32, "QNT_BAD_KIND"), ("q8_0", 0, "QNT_BAD_BLOCK"), ("q4_0", 7, "QNT_BAD_BLOCK")])
+@pytest.mark.parametrize(
+    "kind,qblock,code",
+    [("q6", 32, "QNT_BAD_KIND"), ("q8_0", 0, "QNT_BAD_BLOCK"), ("q4_0", 7, "QNT_BAD_BLOCK")],
+)
 def test_check_format(kind: str, qblock: int, code: str) -> None:
     with pytest.raises(KernelError) as err:
         quant.check_format(kind, qblock)

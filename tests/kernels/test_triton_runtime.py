@@ -25,7 +25,12 @@ def _probe(env_value: str | None) -> list[object]:
     env["PYTHONPATH"] = str(ROOT)
     env["CUDA_VISIBLE_DEVICES"] = ""  # behave as this CPU-only machine even where a GPU exists
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True, timeout=300
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=300,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -41,6 +46,6 @@ def test_explicit_interpreter_is_honoured() -> None:
 
 
 def test_compiled_without_cuda_is_unavailable_with_a_reason() -> None:
-    interpreter, available, reason, device, env = _probe("0")
+    interpreter, available, reason, _device, env = _probe("0")
     assert (interpreter, available, env) == (False, False, "0")
     assert "no CUDA device" in str(reason)

@@ -174,10 +174,11 @@ class Reference:
         batch: int,
         max_len: int,
     ) -> Any:
+        from kernels._triton import kernel_device
         from kernels.decoupled_cache import DecoupledDims, DecoupledKVCache
 
         dims = DecoupledDims(n_head, *head_dims)
-        return DecoupledKVCache(policy, dims, batch, max_len)
+        return DecoupledKVCache(policy, dims, batch, max_len, device=kernel_device())
 
     # -- kernels.decoupled_decode ----------------------------------------------------------
     def decoupled_decode_paths(self) -> tuple[str, ...]:
