@@ -75,6 +75,9 @@ def ggml_rows(draw: st.DrawFn) -> np.ndarray:
     rows = draw(st.integers(1, 3))
     nb = draw(st.integers(1, 3))
     x = draw(hnp.arrays(np.float32, (rows, 32 * nb), elements=_block_values()))
+    # A block whose scale underflows (amax/127 below fp32's normal range) makes 1/d overflow in
+    # ggml's reference itself: its codes are undefined there, so such blocks are not drawn.
+    x = np.where(np.abs(x) < np.float32(2.0**-100), np.float32(0.0), x).astype(np.float32)
     if draw(st.booleans()):  # same magnitude, both signs: Q4_0 must pick the first one
         block = np.clip(x[0, :32], -2.0, 2.0)
         block[5], block[9] = 3.0, -3.0
