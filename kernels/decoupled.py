@@ -147,9 +147,10 @@ def streaming_decode(
     qs = q_sem.to(torch.float32)
     qg = q_geo.to(torch.float32)
     bsz, n_head = cache.batch, dims.n_head
-    m = torch.full((bsz, n_head), -math.inf)
-    d = torch.zeros(bsz, n_head)
-    o = torch.zeros(bsz, n_head, dims.v_head_dim)
+    dev = q_sem.device
+    m = torch.full((bsz, n_head), -math.inf, device=dev)
+    d = torch.zeros(bsz, n_head, device=dev)
+    o = torch.zeros(bsz, n_head, dims.v_head_dim, device=dev)
 
     def fold(k_sem: torch.Tensor, k_geo: torch.Tensor, v: torch.Tensor) -> None:
         nonlocal m, d, o

@@ -181,7 +181,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
         codes = pack_nibbles(u)
     else:  # nf4
         y = torch.clamp(y, -1.0, 1.0)
-        idx = torch.bucketize(y, nf4_midpoints(), right=False).to(torch.uint8)
+        idx = torch.bucketize(y, nf4_midpoints().to(y.device), right=False).to(torch.uint8)
         codes = pack_nibbles(idx.reshape(*lead, -1))
     return QuantizedTensor(kind, qblock, dim, codes, scale16)
 
@@ -193,7 +193,7 @@ def code_values(qt: QuantizedTensor) -> torch.Tensor:
     u = unpack_nibbles(qt.codes)
     if qt.kind == "q4_0":
         return u.to(torch.float32) - 8.0
-    return nf4_levels()[u.long()]
+    return nf4_levels().to(u.device)[u.long()]
 
 
 def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -32,6 +32,11 @@ def _np(x: object) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def as_array(x: object) -> np.ndarray:
+    """A tensor or array as a float64 numpy array on the CPU (to serve as a reference)."""
+    return _np(x)
+
+
 def nmse(ref: object, out: object) -> float:
     r, o = _np(ref), _np(out)
     num = float(np.sum((r - o) ** 2))

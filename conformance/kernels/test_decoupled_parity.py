@@ -3,7 +3,8 @@
 Seed 001's matrix: HAS_NULL on/off × quantized prefix length 0 / small / medium (crossing tile,
 chunk and partition boundaries) × B > 1 × H > 1 × contiguous and non-contiguous null tensors ×
 1-pass and 2-pass × several partition sizes × with and without a residual tail. Each item asserts
-from the dispatch record that the requested kernel ran, then compares with the float64 oracle.
+from the dispatch record that the requested kernel ran, then compares with the float64 oracle
+and with the streaming reference (NMSE and max-abs, spec/kernels.md *Tolerances*).
 The original project's matrix never reached its kernels (decoupled.md §4.1); this one cannot pass
 on a fallback.
 
@@ -48,9 +49,11 @@ def _check(target: Any, case: _cases.DecoupledCase, path: str, partition_size: i
         pytest.skip(f"target offers no {path} kernel")
     inp = _cases.build_decoupled(case, target)
     out = decode(target, inp, path, partition_size)
-    _tolerance.assert_close(
-        out, inp.expected, f"{path} ps={partition_size} {case.id()}", n_keys=case.length
-    )
+    what = f"{path} ps={partition_size} {case.id()}"
+    _tolerance.assert_close(out, inp.expected, what, n_keys=case.length)
+    if path != "streaming":  # and against the target's own streaming reference
+        ref = decode(target, inp, "streaming", partition_size)
+        _tolerance.assert_close(out, _tolerance.as_array(ref), f"{what} vs streaming", case.length)
 
 
 def _matrix(with_null: bool) -> list[Any]:
