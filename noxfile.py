@@ -119,7 +119,32 @@ def parity(session: nox.Session) -> None:
 @nox.session
 def gpu(session: nox.Session) -> None:
     """Compiled Triton kernels on a GPU: parity matrix and bandwidth benchmarks."""
-    _not_yet(session, "GPU kernel parity and benchmarks", "kernels")
+    # Compiled kernels (no interpreter), the larger parity grid, then the benchmarks vs torch
+    # SDPA; the results go to docs/kernels-gpu-<device>.md (commit them).
+    _install(session, "bench")
+    probe = "import torch; print('cuda=' + str(torch.cuda.is_available()))"
+    found = session.run("python", "-c", probe, silent=True, success_codes=[0, 1]) or ""
+    if "cuda=True" not in str(found):
+        session.error(
+            "the gpu session needs a CUDA device: torch.cuda.is_available() is False here "
+            "(use the CPU sessions, which run the kernels through Triton's interpreter)"
+        )
+    env = {**_env(), "TRITON_INTERPRET": "0", "DC_KERNELS_SCALE": "gpu"}
+    session.run(
+        "python", "-m", "pytest", "conformance/kernels", "tests/kernels", *session.posargs, env=env
+    )
+    Path(REPORTS).mkdir(exist_ok=True)
+    bench_json = f"{REPORTS}/bench-kernels-gpu.json"
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tools/bench/cases/test_kernels.py",
+        "--benchmark-only",
+        f"--benchmark-json={bench_json}",
+        env=env,
+    )
+    session.run("python", "-m", "kernels.gpu_report", bench_json, "docs", env=env)
 
 
 @nox.session

@@ -1,0 +1,96 @@
+"""The decoupled KV cache layout and its exact residual tail (spec/decoupled.md DBA-003, DBA-004)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.kernels import _oracle
+from reference_impl.errors import EngineError
+
+pytestmark = pytest.mark.requires("kernels.decoupled_cache")
+
+POLICY = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid={r}"
+HEADS = (16, 32, 64)  # per-head dims of k_sem, k_geo, v with 2 heads
+
+
+def _tokens(batch: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(batch, n, 2 * d, generator=g) * 3 for d in HEADS)  # type: ignore[return-value]
+
+
+def _snapshot(cache: Any) -> list[torch.Tensor]:
+    out = []
+    for name in ("k_sem", "k_geo", "v"):
+        ct = getattr(cache, name)
+        out += [t.clone() for t in (ct.codes, ct.scales, ct.buf, ct.ring) if t is not None]
+    return out
+
+
+@pytest.mark.invariant("DBA-003")
+def test_tokens_are_stored_token_major_in_their_formats(target: Any) -> None:
+    cache = target.decoupled_cache(POLICY.format(r=0), 2, HEADS, 3, 10)
+    xs = _tokens(3, 7, seed=1)
+    cache.append(*xs)
+    assert cache.length == 7
+    for name, x, kind in zip(("k_sem", "k_geo", "v"), xs, ("q4_0", "q8_0", "q4_0")):
+        ct = getattr(cache, name)
+        codes, scales = _oracle.quantize(x.numpy(), kind, 32)
+        assert tuple(ct.codes.shape) == (3, 10, codes.shape[-1]), name
+        assert tuple(ct.scales.shape) == (3, 10, scales.shape[-1]), name
+        np.testing.assert_array_equal(ct.codes[:, :7].cpu().numpy(), codes, err_msg=name)
+        np.testing.assert_array_equal(ct.scales[:, :7].cpu().numpy(), scales, err_msg=name)
+
+
+@pytest.mark.invariant("DBA-003")
+def test_float_policies_store_values(target: Any) -> None:
+    cache = target.decoupled_cache("ksem=fp32,kgeo=fp16,v=fp32,resid=64", 2, HEADS, 2, 6)
+    xs = _tokens(2, 4, seed=2)
+    cache.append(*xs)
+    assert torch.equal(cache.k_sem.buf[:, :4].cpu(), xs[0])
+    assert torch.equal(cache.k_geo.buf[:, :4].cpu(), xs[1].half())
+    assert cache.prefix_len == 4 and cache.tail_len == 0  # nothing quantized: no residual
+
+
+@pytest.mark.invariant("DBA-004")
+@pytest.mark.parametrize("resid,max_len", [(8, 40), (64, 40), (1, 40)])
+def test_the_tail_keeps_the_last_tokens_exactly(target: Any, resid: int, max_len: int) -> None:
+    cache = target.decoupled_cache(POLICY.format(r=resid), 2, HEADS, 2, max_len)
+    chunks = [_tokens(2, n, seed=10 + n) for n in (5, 1, 13, 2)]
+    for chunk in chunks:
+        cache.append(*chunk)
+    full = [torch.cat([c[i] for c in chunks], dim=1) for i in range(3)]
+    length = full[0].shape[1]
+    r = min(resid, max_len)
+    assert (cache.length, cache.prefix_len, cache.tail_len) == (
+        length,
+        max(0, length - r),
+        min(length, r),
+    )
+    for name, x in zip(("k_sem", "k_geo", "v"), full):
+        ring = getattr(cache, name).ring
+        for t in range(cache.prefix_len, length):
+            assert torch.equal(ring[:, t % r].cpu(), x[:, t].half()), f"{name} token {t}"
+
+
+@pytest.mark.invariant("DBA-004")
+def test_a_failed_append_changes_nothing(target: Any) -> None:
+    cache = target.decoupled_cache(POLICY.format(r=4), 2, HEADS, 2, 12)
+    cache.append(*_tokens(2, 10, seed=3))
+    before = _snapshot(cache)
+    k_sem, k_geo, v = _tokens(2, 2, seed=4)
+    bad_inputs = {
+        "shape": (k_sem[:, :, :-1], k_geo, v),
+        "T mismatch": (k_sem, k_geo[:, :1], v),
+        "non-finite": (k_sem, k_geo, torch.where(v > 1, float("nan"), v)),
+        "full": _tokens(2, 3, seed=5),
+    }
+    for what, args in bad_inputs.items():
+        with pytest.raises(EngineError):
+            cache.append(*args)
+        assert cache.length == 10, what
+        after = _snapshot(cache)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{what}: cache modified"

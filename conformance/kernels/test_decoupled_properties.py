@@ -1,0 +1,199 @@
+"""Properties of decoupled decode: null token once, partition invariance, scales, dtypes.
+
+spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019 and spec/decoupled.md DBA-001, DBA-002.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.kernels import _cases, _oracle, _tolerance
+from conformance.strategies import kernels as ks
+from kernels.decoupled_cache import NullKV
+
+pytestmark = pytest.mark.requires("kernels.decoupled_cache", "kernels.decoupled_decode")
+
+FUSED = ("triton-1pass", "triton-2pass")
+REQUEST = {"triton-1pass": "1pass", "triton-2pass": "2pass", "streaming": "streaming"}
+
+
+def _decode(
+    target: Any, inp: _cases.DecoupledInputs, path: str, ps: int = 32, **kw: Any
+) -> torch.Tensor:
+    out, record = target.decoupled_decode(
+        inp.q_sem, inp.q_geo, inp.cache, kw.pop("null", inp.null), REQUEST[path], ps, **kw
+    )
+    assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
+    return out
+
+
+def _fused(target: Any) -> list[str]:
+    return [p for p in FUSED if p in target.decoupled_decode_paths()]
+
+
+def _dominant_null(inp: _cases.DecoupledInputs, logit: float) -> NullKV:
+    """A null token whose logit is exactly ``logit`` for every (b, h) and whose value is 5."""
+    q = inp.q_sem
+    k_sem = q * (logit / inp.sem_scale) / (q * q).sum(dim=-1, keepdim=True)
+    b, h, _ = q.shape
+    k_geo = torch.zeros(b, h, inp.q_geo.shape[-1], device=q.device)
+    v = torch.full((b, h, inp.cache.dims.v_head_dim), 5.0, device=q.device)
+    return NullKV(k_sem, k_geo, v)
+
+
+def _with_null(inp: _cases.DecoupledInputs, null: NullKV | None) -> np.ndarray:
+    """The oracle's output for ``inp`` with another null token (or none)."""
+    arrays = None
+    if null is not None:
+        nx = null.expanded(inp.q_sem.shape[0])
+        arrays = (
+            nx.k_sem.double().cpu().numpy(),
+            nx.k_geo.double().cpu().numpy(),
+            nx.v.double().cpu().numpy(),
+        )
+    oin = dataclasses.replace(inp.oracle_inputs, null=arrays)
+    return _oracle.decoupled(
+        inp.q_sem.double().cpu().numpy(),
+        inp.q_geo.double().cpu().numpy(),
+        oin,
+        inp.sem_scale,
+        inp.geo_scale,
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("triton-1pass", marks=pytest.mark.invariant("KRN-013")),
+        pytest.param("triton-2pass", marks=pytest.mark.invariant("KRN-014")),
+    ],
+)
+@pytest.mark.parametrize("length,resid", [(0, 0), (0, 16), (12, 16), (200, 0), (230, 30)])
+def test_a_heavy_null_token_counts_once(target: Any, path: str, length: int, resid: int) -> None:
+    if path not in _fused(target):
+        pytest.skip(f"no {path}")
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=length, resid=resid, seed=11), target)
+    null = _dominant_null(inp, logit=4.0)  # weight e^4 against O(1) logits: doubling it shows
+    out = _decode(target, inp, path, 32, null=null)  # 200 tokens: 7 launches / partitions
+    _tolerance.assert_close(out, _with_null(inp, null), f"{path} L={length} resid={resid}")
+
+
+@pytest.mark.invariant("KRN-014", "KRN-013")
+@pytest.mark.parametrize("null_mode", ["contiguous", "broadcast", "strided"])
+def test_empty_cache_with_null_outputs_v_null(target: Any, null_mode: str) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=0, null=null_mode, seed=5), target)
+    assert inp.null is not None
+    want = inp.null.expanded(2).v.float()
+    for path in _fused(target):
+        out = _decode(target, inp, path)
+        assert torch.equal(out, want), f"{path}: empty cache with null must output v_null exactly"
+
+
+@pytest.mark.invariant("KRN-017")
+@ks.kernel_settings(4)
+@given(
+    length=st.integers(1, 260),
+    resid=st.sampled_from([0, 9]),
+    null=st.sampled_from(["none", "broadcast"]),
+    seed=st.integers(0, 999),
+)
+def test_partition_count_does_not_change_the_result(
+    target: Any, length: int, resid: int, null: str, seed: int
+) -> None:
+    inp = _cases.build_decoupled(
+        _cases.DecoupledCase(length=length, resid=resid, null=null, seed=seed), target
+    )
+    outs = {}
+    for path in _fused(target):
+        for ps in (32, 96, 256):
+            outs[(path, ps)] = _decode(target, inp, path, ps)
+    first = next(iter(outs.values())).double().cpu().numpy()
+    for key, out in outs.items():
+        _tolerance.assert_close(out, inp.expected, f"{key} vs oracle")
+        _tolerance.assert_close(out, first, f"{key} vs {next(iter(outs))}")
+
+
+@pytest.mark.invariant("KRN-018")
+@pytest.mark.parametrize("length,resid", [(1, 0), (70, 0), (40, 24)])
+def test_a_hopeless_null_token_changes_nothing(target: Any, length: int, resid: int) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=length, resid=resid, seed=21), target)
+    null = _dominant_null(inp, logit=-1000.0)
+    o = inp.oracle_inputs
+    real = np.einsum("bhd,bhnd->bhn", inp.q_sem.double().cpu().numpy(), o.k_sem) * inp.sem_scale
+    real += np.einsum("bhd,bhnd->bhn", inp.q_geo.double().cpu().numpy(), o.k_geo) * inp.geo_scale
+    assert real.min() > -1000.0 + 200.0, "the null logit must be far below every real logit"
+    no_null = _with_null(inp, None)
+    for path in [*_fused(target), "streaming"]:
+        with_null = _decode(target, inp, path, 32, null=null)
+        without = _decode(target, inp, path, 32, null=None)
+        _tolerance.assert_close(
+            with_null, without.double().cpu().numpy(), f"{path}: null vs no null"
+        )
+        _tolerance.assert_close(with_null, no_null, f"{path}: vs oracle without null")
+
+
+@pytest.mark.invariant("KRN-019")
+@pytest.mark.parametrize("null", ["none", "contiguous"])
+def test_fp16_queries(target: Any, null: str) -> None:
+    inp = _cases.build_decoupled(
+        _cases.DecoupledCase(length=77, resid=8, null=null, seed=8), target
+    )
+    q_sem, q_geo = inp.q_sem.half(), inp.q_geo.half()
+    want = _oracle.decoupled(
+        q_sem.double().cpu().numpy(),
+        q_geo.double().cpu().numpy(),
+        inp.oracle_inputs,
+        inp.sem_scale,
+        inp.geo_scale,
+    )
+    for path in [*_fused(target), "streaming"]:
+        out, record = target.decoupled_decode(q_sem, q_geo, inp.cache, inp.null, REQUEST[path], 32)
+        assert record.path == path
+        assert out.dtype == torch.float16
+        _tolerance.assert_close(out, want, path)
+
+
+@pytest.mark.invariant("DBA-001")
+def test_semantic_and_geometric_logits_add_with_their_scales(target: Any) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=45, resid=5, seed=13), target)
+    for ss, gs in ((0.9, 0.05), (0.0, 1.0 / math.sqrt(32)), (1.0 / math.sqrt(16), 0.0)):
+        want = _oracle.decoupled(
+            inp.q_sem.double().cpu().numpy(),
+            inp.q_geo.double().cpu().numpy(),
+            inp.oracle_inputs,
+            ss,
+            gs,
+        )
+        for path in [*_fused(target), "streaming"]:
+            out = _decode(target, inp, path, 32, sem_scale=ss, geo_scale=gs)
+            _tolerance.assert_close(out, want, f"{path} sem_scale={ss} geo_scale={gs}")
+    # Defaults: 1/sqrt(per-head dim) of each part.
+    for path in [*_fused(target), "streaming"]:
+        _tolerance.assert_close(_decode(target, inp, path), inp.expected, f"{path} default scales")
+
+
+@pytest.mark.invariant("DBA-002")
+def test_zero_null_is_a_logit_zero_sink(target: Any) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=30, seed=17), target)
+    h, d = inp.cache.dims.n_head, inp.cache.dims
+    null = NullKV(
+        *(
+            torch.zeros(h, w, device=_cases.DEVICE)
+            for w in (d.sem_head_dim, d.geo_head_dim, d.v_head_dim)
+        )
+    )
+    o = inp.oracle_inputs
+    s = np.einsum("bhd,bhnd->bhn", inp.q_sem.double().cpu().numpy(), o.k_sem) * inp.sem_scale
+    s += np.einsum("bhd,bhnd->bhn", inp.q_geo.double().cpu().numpy(), o.k_geo) * inp.geo_scale
+    e = np.exp(s)
+    want = np.einsum("bhn,bhnd->bhd", e, o.v) / (1.0 + e.sum(axis=-1))[..., None]
+    for path in [*_fused(target), "streaming"]:
+        _tolerance.assert_close(_decode(target, inp, path, 32, null=null), want, path)

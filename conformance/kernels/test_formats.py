@@ -1,0 +1,221 @@
+"""Per-token quantized formats q8_0 / q4_0 / nf4 (spec/kv_quant.md QNT-001..QNT-008).
+
+Every implementation the target offers (``kv_quant_impls``: torch and Triton for the reference)
+is compared bit for bit with the numpy oracle written from the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.kernels import _oracle
+from conformance.snapshots import array_record
+from conformance.strategies import kernels as ks
+from reference_impl.errors import EngineError
+
+pytestmark = pytest.mark.requires("kernels.quant")
+
+
+@pytest.fixture(scope="module")
+def impls(target: Any) -> tuple[str, ...]:
+    return tuple(target.kv_quant_impls())
+
+
+def _quantize(
+    target: Any, x: np.ndarray, kind: str, qblock: int, impl: str
+) -> tuple[np.ndarray, np.ndarray]:
+    codes, scales = target.kv_quantize(
+        torch.from_numpy(np.ascontiguousarray(x)), kind, qblock, impl
+    )
+    return codes.cpu().numpy(), scales.cpu().numpy()
+
+
+def _assert_codes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, (
+        f"{what}: {len(bad)} codes differ, first at {bad[0].tolist()}: "
+        f"{got[tuple(bad[0])]} != {want[tuple(bad[0])]}"
+    )
+
+
+@pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003", "QNT-006")
+@ks.kernel_settings(25)
+@given(case=ks.quant_inputs())
+def test_codes_and_scales_match_the_spec(target: Any, impls: tuple[str, ...], case: Any) -> None:
+    x, kind, qblock = case
+    want_codes, want_scales = _oracle.quantize(x, kind, qblock)
+    for impl in impls:
+        codes, scales = _quantize(target, x, kind, qblock, impl)
+        _assert_codes_equal(codes, want_codes, f"{impl} {kind}@{qblock} codes")
+        assert scales.dtype == np.float16, f"{impl}: scales are {scales.dtype}, not fp16"
+        np.testing.assert_array_equal(scales, want_scales, err_msg=f"{impl} {kind}@{qblock} scales")
+
+
+@pytest.mark.invariant("QNT-002")
+def test_q4_0_packs_the_even_element_in_the_high_nibble(
+    target: Any, impls: tuple[str, ...]
+) -> None:
+    # amax 7 -> Δ = 1, codes = x + 8 = [15, 1, 8, 9]: bytes 0xF1 and 0x89.
+    x = np.array([[7.0, -7.0, 0.0, 1.0]], dtype=np.float32)
+    for impl in impls:
+        codes, scales = _quantize(target, x, "q4_0", 4, impl)
+        assert codes.tolist() == [[0xF1, 0x89]], f"{impl}: {[hex(b) for b in codes[0]]}"
+        assert scales.tolist() == [[1.0]]
+
+
+@pytest.mark.invariant("QNT-004")
+@ks.kernel_settings(25)
+@given(case=ks.quant_inputs())
+def test_round_trip_error_is_at_most_half_a_step(
+    target: Any, impls: tuple[str, ...], case: Any
+) -> None:
+    x, kind, qblock = case
+    dim = x.shape[-1]
+    for impl in impls:
+        codes, scales = target.kv_quantize(torch.from_numpy(x), kind, qblock, impl)
+        back = (
+            target.kv_dequantize(codes, scales, kind, qblock, dim, impl)
+            .cpu()
+            .double()
+            .cpu()
+            .numpy()
+        )
+        assert back.shape == x.shape
+        pad = scales.shape[-1] * qblock
+        err = np.zeros((x.shape[0], pad))
+        err[:, :dim] = np.abs(back - x.astype(np.float64))
+        per_block = err.reshape(x.shape[0], -1, qblock).max(axis=-1)
+        bound = _oracle.half_step_bound(scales.cpu().numpy(), kind)
+        slack = 2.0**-20 * np.abs(x).max(initial=0.0)
+        worst = np.argmax(per_block - bound)
+        assert (per_block <= bound + slack).all(), (
+            f"{impl} {kind}@{qblock}: block error {per_block.flat[worst]:.6g} > "
+            f"half step {bound.flat[worst]:.6g}"
+        )
+
+
+@pytest.mark.invariant("QNT-005")
+@pytest.mark.parametrize("kind", ["q4_0", "nf4"])
+def test_every_byte_unpacks_to_its_two_nibbles(
+    target: Any, impls: tuple[str, ...], kind: str
+) -> None:
+    codes = (
+        torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+    )  # 16 rows x 32 elements
+    scales = torch.ones(16, 1, dtype=torch.float16)
+    want = _oracle.dequantize(codes.numpy(), scales.numpy(), kind, 32, 32)
+    pairs = {tuple(row) for row in want.reshape(-1, 2).tolist()}
+    assert len(pairs) == 256  # the oracle itself: distinct bytes give distinct pairs
+    for impl in impls:
+        got = target.kv_dequantize(codes, scales, kind, 32, 32, impl).cpu().double().cpu().numpy()
+        np.testing.assert_array_equal(got, want, err_msg=f"{impl} {kind}")
+
+
+@pytest.mark.invariant("QNT-005")
+@ks.kernel_settings(20)
+@given(
+    kind=st.sampled_from(ks.KINDS),
+    data=st.data(),
+)
+def test_codes_survive_dequantize_then_quantize(
+    target: Any, impls: tuple[str, ...], kind: str, data: Any
+) -> None:
+    """Codes -> values (scale 1) -> codes is the identity on every reachable code sequence."""
+    n = 32
+    if kind == "q8_0":
+        raw = data.draw(st.lists(st.integers(-127, 127), min_size=n, max_size=n))
+        raw[0] = 127  # anchors amax so that Δ = 1
+        codes = torch.tensor([raw], dtype=torch.int8)
+    else:
+        low = 1 if kind == "q4_0" else 0  # q4_0 never produces code 0 (|x/Δ| <= 7)
+        raw = data.draw(st.lists(st.integers(low, 15), min_size=n, max_size=n))
+        raw[0] = 15  # +7 (q4_0) or +1.0 (nf4): Δ = 1
+        u = np.array(raw, dtype=np.uint8)
+        codes = torch.from_numpy(((u[0::2] << 4) | u[1::2]).astype(np.uint8)).reshape(1, -1)
+    scales = torch.ones(1, 1, dtype=torch.float16)
+    for impl in impls:
+        values = target.kv_dequantize(codes, scales, kind, 32, n, impl)
+        again, s2 = target.kv_quantize(values, kind, 32, impl)
+        assert torch.equal(again.cpu(), codes), f"{impl} {kind}: codes changed in a round trip"
+        assert s2.tolist() == [[1.0]]
+
+
+@pytest.mark.invariant("QNT-006")
+@pytest.mark.parametrize("kind,pad_code", [("q8_0", 0), ("q4_0", 8), ("nf4", 7)])
+def test_padding_is_quantized_as_zero(
+    target: Any, impls: tuple[str, ...], kind: str, pad_code: int
+) -> None:
+    x = np.linspace(-3.0, 3.0, 33, dtype=np.float32)[None, :]
+    for impl in impls:
+        codes, scales = target.kv_quantize(torch.from_numpy(x), kind, 32, impl)
+        assert scales.shape == (1, 2)
+        vals = _oracle.code_values(codes.cpu().numpy(), kind)
+        padding = vals[0, 33:]
+        zero_value = _oracle.code_values(
+            np.array([pad_code], dtype=np.int8)
+            if kind == "q8_0"
+            else np.array([(pad_code << 4) | pad_code], dtype=np.uint8),
+            kind,
+        )[0]
+        assert (padding == zero_value).all(), f"{impl} {kind}: padding codes {padding}"
+        back = target.kv_dequantize(codes, scales, kind, 32, 33, impl)
+        assert tuple(back.shape) == (1, 33)
+
+
+@pytest.mark.invariant("QNT-007")
+@pytest.mark.parametrize("kind", ks.KINDS)
+def test_all_zero_block(target: Any, impls: tuple[str, ...], kind: str) -> None:
+    x = torch.zeros(2, 64)
+    x[1, 32:] = 1.0
+    for impl in impls:
+        codes, scales = target.kv_quantize(x, kind, 32, impl)
+        assert scales[0].tolist() == [2.0**-14, 2.0**-14]
+        assert scales[1, 0].item() == 2.0**-14
+        back = target.kv_dequantize(codes, scales, kind, 32, 64, impl)
+        assert torch.equal(back[0].cpu(), torch.zeros(64)), f"{impl} {kind}: zeros changed"
+
+
+@pytest.mark.invariant("QNT-008")
+@pytest.mark.parametrize(
+    "x,kind,qblock,code",
+    [
+        (torch.tensor([[1.0, float("nan")]]), "q8_0", 32, "QNT_NON_FINITE"),
+        (torch.tensor([[1.0, float("inf")]]), "q4_0", 32, "QNT_NON_FINITE"),
+        (torch.tensor([[1.0, -float("inf")]]), "nf4", 32, "QNT_NON_FINITE"),
+        (torch.ones(1, 32), "q5_0", 32, "QNT_BAD_KIND"),
+        (torch.ones(1, 32), "q4_0", 3, "QNT_BAD_BLOCK"),
+        (torch.ones(1, 32), "nf4", 5, "QNT_BAD_BLOCK"),
+    ],
+)
+def test_bad_input_raises(
+    target: Any, impls: tuple[str, ...], x: torch.Tensor, kind: str, qblock: int, code: str
+) -> None:
+    for impl in impls:
+        with pytest.raises(EngineError) as err:
+            target.kv_quantize(x, kind, qblock, impl)
+        assert err.value.code == code, f"{impl}: {err.value}"
+
+
+@pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003")
+@pytest.mark.parametrize("kind", ks.KINDS)
+def test_known_tensor_snapshot(
+    target: Any, impls: tuple[str, ...], kind: str, snapshot: Any
+) -> None:
+    """A fixed tensor's codes and scales, so a format change shows up as a reviewed diff."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 40, generator=g) * torch.tensor([[0.01], [1.0], [300.0]])
+    records = {}
+    for impl in impls:
+        codes, scales = target.kv_quantize(x, kind, 32, impl)
+        records[impl] = (array_record(codes), array_record(scales))
+    first = next(iter(records.values()))
+    assert all(r == first for r in records.values()), "implementations disagree"
+    assert first == snapshot

@@ -1,0 +1,87 @@
+"""GGML Q8_0 / Q4_0 blocks against the ``gguf`` package (spec/kv_quant.md QNT-009..QNT-011).
+
+``gguf.quants`` is the real peer: its Q8_0 is documented bit-exact with ggml-quants.c and its
+Q4_0 uses the same fp32 path as ggml's reference without FMA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+from conformance.strategies import kernels as ks
+from reference_impl.errors import EngineError
+
+pytestmark = pytest.mark.requires("kernels.quant")
+
+QTYPES = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0}
+
+
+@pytest.fixture(scope="module")
+def impls(target: Any) -> tuple[str, ...]:
+    return tuple(target.kv_quant_impls())
+
+
+def _check_against_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray, qtype: str) -> None:
+    want = gguf.quants.quantize(x, QTYPES[qtype])
+    want_values = gguf.quants.dequantize(want, QTYPES[qtype])
+    for impl in impls:
+        got = target.ggml_quantize(torch.from_numpy(x), qtype, impl).cpu().numpy()
+        assert got.dtype == np.uint8 and got.shape == want.shape, f"{impl}: {got.dtype} {got.shape}"
+        bad = np.argwhere(got != want)
+        assert bad.size == 0, (
+            f"{impl} {qtype}: {len(bad)} bytes differ from gguf, first at {bad[0].tolist()}: "
+            f"{got[tuple(bad[0])]:#04x} != {want[tuple(bad[0])]:#04x}"
+        )
+        values = target.ggml_dequantize(torch.from_numpy(want), qtype, impl).cpu().numpy()
+        np.testing.assert_array_equal(values, want_values, err_msg=f"{impl} {qtype} dequantize")
+
+
+@pytest.mark.invariant("QNT-009")
+@ks.kernel_settings(20)
+@given(x=ks.ggml_rows())
+def test_q8_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
+    _check_against_gguf(target, impls, x, "Q8_0")
+
+
+@pytest.mark.invariant("QNT-010")
+@ks.kernel_settings(20)
+@given(x=ks.ggml_rows())
+def test_q4_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
+    _check_against_gguf(target, impls, x, "Q4_0")
+
+
+@pytest.mark.invariant("QNT-010")
+def test_q4_0_nibbles_hold_elements_j_and_j_plus_16(target: Any, impls: tuple[str, ...]) -> None:
+    # m = -8 (first of largest magnitude) -> d = 1; q = trunc(x + 8.5): x = j - 8 for j < 16
+    # and 7 - (j - 16) for the second half, so byte j = j | (15 - j) << 4 (and q[0] = 0).
+    first = np.arange(16, dtype=np.float32) - 8.0
+    second = 7.0 - np.arange(16, dtype=np.float32)
+    x = np.concatenate([first, second])[None, :]
+    for impl in impls:
+        got = target.ggml_quantize(torch.from_numpy(x), "Q4_0", impl).cpu().numpy()[0]
+        assert got[:2].view(np.float16)[0] == 1.0
+        expected = [j | ((15 - j) << 4) for j in range(16)]
+        assert got[2:].tolist() == expected, f"{impl}: {[hex(b) for b in got[2:]]}"
+
+
+@pytest.mark.invariant("QNT-011")
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+def test_row_not_a_multiple_of_32_raises(target: Any, impls: tuple[str, ...], qtype: str) -> None:
+    for impl in impls:
+        with pytest.raises(EngineError) as err:
+            target.ggml_quantize(torch.ones(2, 40), qtype, impl)
+        assert err.value.code == "QNT_BAD_SHAPE"
+
+
+@pytest.mark.invariant("QNT-011")
+def test_unknown_ggml_type_raises(target: Any, impls: tuple[str, ...]) -> None:
+    for impl in impls:
+        with pytest.raises(EngineError) as err:
+            target.ggml_quantize(torch.ones(1, 32), "Q5_0", impl)
+        assert err.value.code == "QNT_BAD_KIND"

@@ -1,0 +1,199 @@
+"""GQA decode attention over views of the reference KV cache (spec/kernels.md KRN-001..KRN-006).
+
+Each test runs every path the target offers (the torch reference and the fused Triton paths),
+asserts from the dispatch record that the requested path really ran, and compares with the
+float64 oracle under the tolerance of the output dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from conformance.kernels import _cases, _tolerance
+from conformance.strategies import kernels as ks
+from reference_impl.errors import EngineError
+
+pytestmark = pytest.mark.requires("kernels.gqa_decode")
+
+REQUEST = {"torch": "torch", "triton-1pass": "1pass", "triton-2pass": "2pass"}
+
+
+def _paths(target: Any) -> list[str]:
+    return ["torch", *target.gqa_decode_paths()]
+
+
+def _run(target: Any, inp: _cases.GqaInputs, path: str, partition_size: int = 32) -> torch.Tensor:
+    out, record = target.gqa_decode(
+        inp.q, inp.k, inp.v, inp.mask, inp.scale, REQUEST[path], partition_size
+    )
+    assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
+    return out
+
+
+def _cases_for_scale() -> list[_cases.GqaCase]:
+    base = [
+        _cases.GqaCase(n_tokens=1, n_head=4, n_head_kv=2, head_dim=16, n_kv=1),
+        _cases.GqaCase(n_tokens=3, n_head=6, n_head_kv=2, head_dim=40, n_kv=77, kv_size=96),
+        _cases.GqaCase(n_tokens=2, n_head=8, n_head_kv=1, head_dim=64, n_kv=33, stream=0),
+        _cases.GqaCase(
+            n_tokens=2, n_head=4, n_head_kv=4, head_dim=32, n_kv=70, kv_size=80, dtype="float16"
+        ),
+    ]
+    if ks.grid_scale() == "ci":
+        return base
+    big = 4096 if ks.grid_scale() == "gpu" else 300
+    return (
+        base
+        + [
+            _cases.GqaCase(
+                n_tokens=4,
+                n_head=32,
+                n_head_kv=8,
+                head_dim=128,
+                n_kv=big,
+                kv_size=big + 16,
+                seed=s,
+                dtype=dt,
+            )
+            for s in range(2)
+            for dt in ("float32", "float16")
+        ]
+        + [
+            _cases.GqaCase(
+                n_tokens=5,
+                n_head=12,
+                n_head_kv=4,
+                head_dim=80,
+                n_kv=513,
+                kv_size=600,
+                fully_masked_row=True,
+            ),
+        ]
+    )
+
+
+@pytest.mark.invariant("KRN-001")
+@pytest.mark.parametrize("case", _cases_for_scale(), ids=lambda c: c.id())
+def test_every_path_matches_the_oracle(target: Any, case: _cases.GqaCase) -> None:
+    inp = _cases.build_gqa(case)
+    for path in _paths(target):
+        out = _run(target, inp, path)
+        _tolerance.assert_close(out, inp.expected, f"{path} {case.id()}", n_keys=case.n_kv)
+
+
+@pytest.mark.invariant("KRN-002")
+def test_consecutive_query_heads_share_a_kv_head(target: Any) -> None:
+    # KV head j holds the constant value j+1 everywhere: every query head h must read
+    # exactly h // group + 1, whatever the logits.
+    n_kv, n_head_kv, n_head, d = 20, 3, 6, 16
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(n_kv, n_head_kv, d, generator=g)
+    v = (
+        torch.arange(1, n_head_kv + 1, dtype=torch.float32)
+        .reshape(1, n_head_kv, 1)
+        .expand(n_kv, n_head_kv, d)
+    )
+    q = torch.randn(2, n_head, d, generator=g)
+    mask = torch.zeros(2, n_kv)
+    want = (torch.arange(n_head) // (n_head // n_head_kv) + 1).float()
+    k, v, q, mask = (x.contiguous().to(_cases.DEVICE) for x in (k, v, q, mask))
+    for path in _paths(target):
+        out, record = target.gqa_decode(q, k, v, mask, 0.25, REQUEST[path], 32)
+        assert record.path == path
+        assert torch.allclose(out[:, :, 0].cpu(), want.expand(2, n_head), atol=1e-5), (
+            f"{path}: head -> kv value {out[0, :, 0].tolist()}, expected {want.tolist()}"
+        )
+
+
+@pytest.mark.invariant("KRN-003")
+def test_fully_masked_rows_give_zeros(target: Any) -> None:
+    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=3, n_kv=45, fully_masked_row=True))
+    for path in _paths(target):
+        out = _run(target, inp, path)
+        assert torch.equal(out[-1], torch.zeros_like(out[-1])), f"{path}: {out[-1].flatten()[:4]}"
+        _tolerance.assert_close(out, inp.expected, path)
+
+
+@pytest.mark.invariant("KRN-003")
+def test_no_cells_gives_zeros(target: Any) -> None:
+    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=2, n_kv=0))
+    for path in _paths(target):
+        out = _run(target, inp, path)
+        assert tuple(out.shape) == (2, 4, 16)
+        assert torch.equal(out, torch.zeros_like(out)), path
+
+
+@pytest.mark.invariant("KRN-004")
+@pytest.mark.parametrize("n_kv", [31, 64, 97])
+def test_two_pass_does_not_depend_on_the_partition_size(target: Any, n_kv: int) -> None:
+    if "triton-2pass" not in target.gqa_decode_paths():
+        pytest.skip("target has no 2-pass GQA kernel")
+    inp = _cases.build_gqa(
+        _cases.GqaCase(n_tokens=2, n_head=4, n_head_kv=2, n_kv=n_kv, kv_size=128)
+    )
+    outs = {ps: _run(target, inp, "triton-2pass", ps) for ps in (32, 64, 256)}
+    for ps, out in outs.items():
+        _tolerance.assert_close(out, inp.expected, f"partition {ps}")
+        _tolerance.assert_close(out, outs[32].double().cpu().numpy(), f"partition {ps} vs 32")
+
+
+@pytest.mark.invariant("KRN-005")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_output_dtype_and_shape(target: Any, dtype: str) -> None:
+    inp = _cases.build_gqa(
+        _cases.GqaCase(n_tokens=2, n_head=6, n_head_kv=3, head_dim=24, n_kv=10, dtype=dtype)
+    )
+    for path in _paths(target):
+        out = _run(target, inp, path)
+        assert out.dtype == getattr(torch, dtype) and tuple(out.shape) == (2, 6, 24), path
+
+
+def _bad(target: Any, code: str, **kw: Any) -> None:
+    args = {
+        "q": torch.zeros(1, 4, 16),
+        "k": torch.zeros(5, 2, 16),
+        "v": torch.zeros(5, 2, 16),
+        "mask": torch.zeros(1, 5),
+        "scale": 0.25,
+        "path": "auto",
+        "partition_size": 32,
+    }
+    args.update(kw)
+    with pytest.raises(EngineError) as err:
+        target.gqa_decode(*args.values())
+    assert err.value.code == code, str(err.value)
+
+
+@pytest.mark.invariant("KRN-006")
+def test_invalid_inputs_raise(target: Any) -> None:
+    _bad(target, "KRN_BAD_SHAPE", q=torch.zeros(1, 4, 8))  # head dim differs from k
+    _bad(target, "KRN_BAD_SHAPE", q=torch.zeros(1, 3, 16))  # 3 heads over 2 KV heads
+    _bad(target, "KRN_BAD_SHAPE", mask=torch.zeros(1, 4))
+    _bad(target, "KRN_BAD_SHAPE", k=torch.zeros(5, 16))
+    _bad(target, "KRN_BAD_SHAPE", v=torch.zeros(4, 2, 16))
+    _bad(target, "KRN_BAD_PATH", path="3pass")
+    _bad(target, "KRN_BAD_PARTITION", partition_size=40)
+    _bad(target, "KRN_BAD_PARTITION", partition_size=0)
+
+
+@pytest.mark.invariant("KRN-001")
+def test_scale_is_applied(target: Any) -> None:
+    inp = _cases.build_gqa(_cases.GqaCase(n_kv=25))
+    scale = 0.7 / math.sqrt(inp.q.shape[-1])
+    from conformance.kernels import _oracle
+
+    want = _oracle.gqa(
+        inp.q.double().cpu().numpy(),
+        inp.k.double().cpu().numpy(),
+        inp.v.double().cpu().numpy(),
+        inp.mask.cpu().numpy(),
+        scale,
+    )
+    for path in _paths(target):
+        out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, scale, REQUEST[path], 32)
+        assert record.path == path
+        _tolerance.assert_close(out, want, path)

@@ -1,0 +1,357 @@
+"""Mutants of the kernels area: the reference with one deliberate defect in a kernel or format.
+
+Kernel defects swap one ``@triton.jit`` helper (or a whole kernel) inside ``kernels.*``: kernels
+look their helpers up through their module when they run (interpreter) or first compile (GPU),
+and a mutant is applied in a fresh process before any kernel runs. The replacements are written
+out in full here so that each defect is readable on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from conformance.mutants import Mutant, replace
+from kernels._triton import tl, triton
+from kernels.decoupled_triton import _empty_state, _merge_state, _null_state
+
+NEG_INF = tl.constexpr(float("-inf"))
+
+# --------------------------------------------------------------------------------------------
+# Decoupled kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _online_update_no_rescale(m, d, o, s, v):
+    m_new = tl.maximum(m, tl.max(s, axis=0))
+    m_safe = tl.where(m_new == NEG_INF, 0.0, m_new)
+    p = tl.exp(s - m_safe)
+    return (
+        m_new,
+        d + tl.sum(p, axis=0),
+        o + tl.sum(p[:, None] * v, axis=0),
+    )  # old state not rescaled
+
+
+@triton.jit
+def _nibble_shift_swapped(g):
+    return tl.where((g % 2) == 0, 0, 4).to(tl.uint8)  # even element read from the low nibble
+
+
+@triton.jit
+def _scale_index_per_head(g, h, HD: tl.constexpr, QBLOCK: tl.constexpr):
+    return (h * HD) // QBLOCK + g * 0  # the head's first block for every element of the head
+
+
+@triton.jit
+def _seed_null_every_launch(m, d, o, seed, s_null, v_null):
+    return _merge_state(m, d, o, s_null, 1.0, v_null)  # ignores `seed`: null once per launch
+
+
+@triton.jit
+def _reduce_null_per_partition(
+    qs_ptr, qg_ptr, ksn_ptr, kgn_ptr, vn_ptr,
+    mp_ptr, dp_ptr, op_ptr, m_ptr, d_ptr, o_ptr,
+    n_parts, sem_scale, geo_scale,
+    s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
+    H: tl.constexpr, DS: tl.constexpr, DG: tl.constexpr, DV: tl.constexpr, HAS_NULL: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    b = row // H
+    h = row % H
+    dv = tl.arange(0, DV)
+    m, d, o = _empty_state(DV)
+    q_sem = tl.load(qs_ptr + row * DS + tl.arange(0, DS))
+    q_geo = tl.load(qg_ptr + row * DG + tl.arange(0, DG))
+    for p in tl.range(0, n_parts):
+        slot = row * n_parts + p
+        m, d, o = _merge_state(
+            m,
+            d,
+            o,
+            tl.load(mp_ptr + slot),
+            tl.load(dp_ptr + slot),
+            tl.load(op_ptr + slot * DV + dv),
+        )
+        if HAS_NULL:  # the defect: the null token merged with every partition
+            s_null, v_null = _null_state(
+                q_sem, q_geo, ksn_ptr, kgn_ptr, vn_ptr, b, h,
+                s_ksn_b, s_ksn_h, s_ksn_c, s_kgn_b, s_kgn_h, s_kgn_c, s_vn_b, s_vn_h, s_vn_c,
+                sem_scale, geo_scale, DS, DG, DV,
+            )  # fmt: skip
+            m, d, o = _merge_state(m, d, o, s_null, 1.0, v_null)
+    tl.store(m_ptr + row, m)
+    tl.store(d_ptr + row, d)
+    tl.store(o_ptr + row * DV + dv, o)
+
+
+def _swap(module: str, attr: str, new: Any) -> Any:
+    def apply(target: Any) -> Any:
+        replace(module, attr, new)
+        return target
+
+    return apply
+
+
+def _skip_empty_reduce(target: Any) -> Any:
+    from kernels import decoupled
+
+    original = decoupled.reduce_partitions
+
+    def reduce_partitions(
+        qs: Any, qg: Any, cache: Any, null: Any, parts: Any, n_parts: int, *a: Any
+    ) -> Any:
+        if n_parts == 0:  # the defect: "nothing to reduce" -- and the null token is lost
+            rows = cache.batch * cache.dims.n_head
+            return decoupled._state(rows, cache.dims.v_head_dim, qs.device)
+        return original(qs, qg, cache, null, parts, n_parts, *a)
+
+    replace("kernels.decoupled", "reduce_partitions", reduce_partitions)
+    return target
+
+
+def _tail_from_quantized(target: Any) -> Any:
+    def tail(cache: Any, ct: Any) -> torch.Tensor:
+        return ct.stored(cache.prefix_len, cache.length)  # the defect: not the exact fp16 ring
+
+    replace("kernels.decoupled", "_tail", tail)
+    return target
+
+
+def _eligible_any_head_dim(target: Any) -> Any:
+    from kernels import decoupled
+
+    original = decoupled.ineligibility
+
+    def ineligibility(*args: Any) -> str:
+        why = original(*args)
+        return "" if "power of two" in why else why  # the defect: the head-dim rule is skipped
+
+    replace("kernels.decoupled", "ineligibility", ineligibility)
+    return target
+
+
+def _auto_always_one_pass(target: Any) -> Any:
+    from kernels import dispatch
+
+    original = dispatch.choose
+
+    def choose(requested: str, *args: Any) -> tuple[str, str]:
+        path, reason = original(requested, *args)
+        if requested == "auto" and path == dispatch.TRITON_2PASS:
+            return dispatch.TRITON_1PASS, reason  # the defect: the threshold is ignored
+        return path, reason
+
+    replace("kernels.dispatch", "choose", choose)
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# GQA kernels and reference
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _group_heads_interleaved(kvh, n_head_kv, GROUP: tl.constexpr, GROUP_P2: tl.constexpr):
+    return tl.arange(0, GROUP_P2) * n_head_kv + kvh  # query head h reads KV head h % n_head_kv
+
+
+@triton.jit
+def _merge_no_rescale(m, den, acc, m2, den2, acc2):
+    return tl.maximum(m, m2), den + den2, acc + acc2  # partitions summed without their max shift
+
+
+def _gqa_softmax_without_guard(target: Any) -> Any:
+    def gqa_decode_torch(q: Any, k: Any, v: Any, mask: Any, scale: float) -> torch.Tensor:
+        group = q.shape[1] // k.shape[1]
+        kk = k.float().repeat_interleave(group, dim=1)
+        vv = v.float().repeat_interleave(group, dim=1)
+        s = torch.einsum("thd,jhd->thj", q.float(), kk) * scale + mask.float().unsqueeze(1)
+        p = torch.softmax(s, dim=-1)  # the defect: an all -inf row becomes NaN
+        return torch.einsum("thj,jhd->thd", p, vv).to(q.dtype)
+
+    replace("kernels.decode_attention", "gqa_decode_torch", gqa_decode_torch)
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# Formats and policy
+# --------------------------------------------------------------------------------------------
+
+
+def _nibbles_low_first(target: Any) -> Any:
+    def pack(u: torch.Tensor) -> torch.Tensor:
+        u = u.to(torch.uint8)
+        return (u[..., 1::2] << 4) | (u[..., 0::2] & 0xF)  # even element in the low nibble
+
+    def unpack(p: torch.Tensor) -> torch.Tensor:
+        p = p.to(torch.uint8)
+        return torch.stack((p & 0xF, (p >> 4) & 0xF), dim=-1).reshape(*p.shape[:-1], -1)
+
+    replace("kernels.quant", "pack_nibbles", pack)
+    replace("kernels.quant", "unpack_nibbles", unpack)
+    return target
+
+
+def _ggml_q4_adjacent_pairs(target: Any) -> Any:
+    from kernels import quant
+
+    original = quant.ggml_quantize
+
+    def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
+        out = original(x, qtype)
+        if qtype != "Q4_0":
+            return out
+        blocks = out.reshape(*out.shape[:-1], -1, 18)
+        body = blocks[..., 2:]
+        lo, hi = body & 0xF, body >> 4
+        q = torch.cat((lo, hi), dim=-1)  # element order 0..31
+        adjacent = q[..., 0::2] | (q[..., 1::2] << 4)  # the defect: pairs (2i, 2i+1)
+        return torch.cat((blocks[..., :2], adjacent), dim=-1).reshape(out.shape)
+
+    replace("kernels.quant", "ggml_quantize", ggml_quantize)
+    return target
+
+
+def _round_by_truncation(target: Any) -> Any:
+    replace("kernels.quant", "round_half_away", torch.trunc)
+    return target
+
+
+def _policy_ignores_unknown_keys(target: Any) -> Any:
+    from kernels import policy
+
+    original = policy.parse_policy
+    known = set(policy._KEYS)
+
+    def parse_policy(text: str) -> Any:
+        fields = [
+            f
+            for f in text.split(",")
+            if f.partition("=")[0].strip().lower().replace("_", "") in known
+        ]
+        return original(",".join(fields) if fields else text)  # the defect: unknown keys dropped
+
+    replace("kernels.policy", "parse_policy", parse_policy)
+    return target
+
+
+D = "kernels.decoupled_triton"
+G = "kernels.gqa_triton"
+
+MUTANTS = [
+    Mutant(
+        "krn-null-per-partition",
+        "kernels",
+        "2-pass reduce merges the null token once per partition instead of once",
+        ("KRN-014",),
+        _swap(D, "reduce_kernel", _reduce_null_per_partition),
+    ),
+    Mutant(
+        "krn-reduce-skipped-without-partitions",
+        "kernels",
+        "2-pass skips the reduce when there are no partitions, losing the null token",
+        ("KRN-014",),
+        _skip_empty_reduce,
+    ),
+    Mutant(
+        "krn-null-every-launch",
+        "kernels",
+        "1-pass seeds the null token on every launch, not only the first",
+        ("KRN-013",),
+        _swap(D, "_seed_null", _seed_null_every_launch),
+    ),
+    Mutant(
+        "krn-missing-rescale",
+        "kernels",
+        "online softmax does not rescale the old state when the running max grows",
+        ("KRN-017",),
+        _swap(D, "_online_update", _online_update_no_rescale),
+    ),
+    Mutant(
+        "krn-nibble-order-swapped",
+        "kernels",
+        "the fused kernels read the even q4_0 element from the low nibble",
+        ("KRN-011",),
+        _swap(D, "_nibble_shift", _nibble_shift_swapped),
+    ),
+    Mutant(
+        "krn-scale-per-head",
+        "kernels",
+        "the fused kernels apply one scale per head instead of one per 32-element block",
+        ("KRN-010",),
+        _swap(D, "_scale_index", _scale_index_per_head),
+    ),
+    Mutant(
+        "krn-tail-from-quantized",
+        "kernels",
+        "the streaming path reads the residual tail from its quantized copy",
+        ("KRN-012",),
+        _tail_from_quantized,
+    ),
+    Mutant(
+        "krn-ineligible-head-dim-runs",
+        "kernels",
+        "eligibility forgets the power-of-two head-dim rule, so the kernel is launched anyway",
+        ("KRN-021",),
+        _eligible_any_head_dim,
+    ),
+    Mutant(
+        "krn-auto-ignores-threshold",
+        "kernels",
+        "auto dispatch never picks the 2-pass kernel",
+        ("KRN-022",),
+        _auto_always_one_pass,
+    ),
+    Mutant(
+        "krn-gqa-head-interleaved",
+        "kernels",
+        "GQA kernels map query head h to KV head h % n_head_kv instead of h / group",
+        ("KRN-002",),
+        _swap(G, "_group_heads", _group_heads_interleaved),
+    ),
+    Mutant(
+        "krn-gqa-merge-no-rescale",
+        "kernels",
+        "GQA 2-pass reduce adds partition states without rescaling to the common max",
+        ("KRN-004",),
+        _swap(G, "_merge", _merge_no_rescale),
+    ),
+    Mutant(
+        "krn-gqa-masked-row-nan",
+        "kernels",
+        "the GQA torch path turns a fully masked row into NaN",
+        ("KRN-003",),
+        _gqa_softmax_without_guard,
+    ),
+    Mutant(
+        "qnt-nibbles-low-first",
+        "kv_quant",
+        "4-bit packing puts the even element in the low nibble (consistently in pack and unpack)",
+        ("QNT-002",),
+        _nibbles_low_first,
+    ),
+    Mutant(
+        "qnt-ggml-q4-adjacent-pairs",
+        "kv_quant",
+        "GGML Q4_0 packs adjacent elements (2i, 2i+1) instead of (j, j+16)",
+        ("QNT-010",),
+        _ggml_q4_adjacent_pairs,
+    ),
+    Mutant(
+        "qnt-round-by-truncation",
+        "kv_quant",
+        "per-token quantization truncates instead of rounding half away from zero",
+        ("QNT-001", "QNT-004"),
+        _round_by_truncation,
+    ),
+    Mutant(
+        "qnt-policy-ignores-unknown-keys",
+        "kv_quant",
+        "the policy parser silently drops unknown keys",
+        ("QNT-018",),
+        _policy_ignores_unknown_keys,
+    ),
+]
