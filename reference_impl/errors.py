@@ -75,4 +75,14 @@ class DecoderError(EngineError):
 
 
 class GeneratorError(EngineError):
-    """An invalid generation request or a failed decode during generation (codes GEN_*)."""
+    """An invalid generation request or a failed decode during generation (codes GEN_*).
+
+    A failed decode carries the trace up to and including the failed call and its code."""
+
+    trace: list[object] | None = None
+    decode_code: int | None = None
+
+    def with_trace(self, trace: list[object], code: int) -> GeneratorError:
+        self.trace = list(trace)
+        self.decode_code = code
+        return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,7 @@ def test_embeddings_make_every_token_an_output(new_ctx: Callable[..., Any]) -> N
     ctx = new_ctx(n_batch=16, embeddings=True)
     assert ctx.decode(batch(prompt(5), out=[0, 1, 0, 0, 0])) == 0
     assert ctx.n_outputs() == 5
-    assert not any(invalid(lambda i=i: ctx.get_logits_ith(i)) for i in range(5))
+    assert not any(invalid(partial(ctx.get_logits_ith, i)) for i in range(5))
 
 
 @pytest.mark.invariant("DEC-022")

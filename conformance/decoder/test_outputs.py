@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> No
     ctx.inject_failure(1, ComputeStatus.FAILED)
     assert ctx.decode(batch(prompt(8), all_out=True)) == -3
     assert ctx.n_outputs() == 0
-    assert all(invalid(lambda i=i: ctx.get_logits_ith(i)) for i in (-1, -2, 0, 3, 7))
+    assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (-1, -2, 0, 3, 7))
     if hasattr(ctx, "output_ids"):
         assert (ctx.output_ids() == -1).all()
 
@@ -76,7 +77,7 @@ def test_aborted_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> N
     assert ctx.decode(batch(prompt(3), all_out=True)) == 0
     ctx.set_abort_callback(lambda: True)
     assert ctx.decode(batch(prompt(4), all_out=True)) == 2
-    assert all(invalid(lambda i=i: ctx.get_logits_ith(i)) for i in (-1, 0, 1))
+    assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (-1, 0, 1))
 
 
 @pytest.mark.invariant("OUT-004", "DEC-006")
@@ -147,7 +148,7 @@ def test_rows_are_in_batch_order_whatever_the_split(
     assert ref.decode(b) == 0 and ctx.decode(b) == 0
     flagged = [i for i, f in enumerate(flags) if f]
     assert ctx.n_outputs() == len(flagged)
-    valid = {i for i in range(16) if not invalid(lambda i=i: ctx.get_logits_ith(i))}
+    valid = {i for i in range(16) if not invalid(partial(ctx.get_logits_ith, i))}
     assert valid == set(flagged)
     all_rows = ctx.get_logits()
     assert all_rows.shape[0] == len(flagged)
@@ -212,7 +213,7 @@ def test_accessor_error_codes(new_ctx: Callable[..., Any]) -> None:
 @pytest.mark.invariant("OUT-017")
 def test_new_context_has_no_readable_row(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=2, kv_unified=True)
-    assert all(invalid(lambda i=i: ctx.get_logits_ith(i)) for i in (-1, 0, 1, 15, 16))
+    assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (-1, 0, 1, 15, 16))
     assert ctx.n_outputs() == 0
 
 
