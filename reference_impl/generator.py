@@ -119,28 +119,40 @@ class Generator:
             raise GeneratorError("GEN_EMPTY_PROMPT", "no prompt given", field="prompts")
         if n > self.ctx.n_seq_max():
             raise GeneratorError(
-                "GEN_TOO_MANY_PROMPTS", f"{n} prompts > n_seq_max = {self.ctx.n_seq_max()}", field="prompts"
+                "GEN_TOO_MANY_PROMPTS",
+                f"{n} prompts > n_seq_max = {self.ctx.n_seq_max()}",
+                field="prompts",
             )
         if n > self.ctx.n_ubatch():
             raise GeneratorError(
-                "GEN_UBATCH_TOO_SMALL", f"{n} prompts > n_ubatch = {self.ctx.n_ubatch()}", field="prompts"
+                "GEN_UBATCH_TOO_SMALL",
+                f"{n} prompts > n_ubatch = {self.ctx.n_ubatch()}",
+                field="prompts",
             )
         limits = [req.max_tokens] * n if isinstance(req.max_tokens, int) else list(req.max_tokens)
         if len(limits) != n:
-            raise GeneratorError("GEN_BAD_LIMIT", "one max_tokens per prompt is required", field="max_tokens")
+            raise GeneratorError(
+                "GEN_BAD_LIMIT", "one max_tokens per prompt is required", field="max_tokens"
+            )
         for i, m in enumerate(limits):
             if m < 0:
-                raise GeneratorError("GEN_BAD_LIMIT", f"max_tokens[{i}] = {m} < 0", field="max_tokens", index=i)
+                raise GeneratorError(
+                    "GEN_BAD_LIMIT", f"max_tokens[{i}] = {m} < 0", field="max_tokens", index=i
+                )
         prompts: list[list[int]] = []
         for i, p in enumerate(req.prompts):
             if isinstance(p, str):
                 if self.tokenize is None:
-                    raise GeneratorError("GEN_NO_TOKENIZER", "string prompts need a tokenizer", field="prompts")
+                    raise GeneratorError(
+                        "GEN_NO_TOKENIZER", "string prompts need a tokenizer", field="prompts"
+                    )
                 toks = list(self.tokenize(p))
             else:
                 toks = [int(t) for t in p]
             if not toks:
-                raise GeneratorError("GEN_EMPTY_PROMPT", f"prompt {i} is empty", field="prompts", index=i)
+                raise GeneratorError(
+                    "GEN_EMPTY_PROMPT", f"prompt {i} is empty", field="prompts", index=i
+                )
             for j, t in enumerate(toks):
                 if not 0 <= t < self.n_vocab:
                     raise GeneratorError(
@@ -213,12 +225,17 @@ class Generator:
                 st.phase = "error"
                 trace.append(st)
                 raise GeneratorError(
-                    "GEN_DECODE_FAILED", f"decode returned {code} at step {step}", field="decode", index=step
+                    "GEN_DECODE_FAILED",
+                    f"decode returned {code} at step {step}",
+                    field="decode",
+                    index=step,
                 ).with_trace(trace, code)
             for s, _, p in feed:
                 pos[s] = p
             st.kv_after = self._kv(range(n))
-            nxt = self._select(active, {s: k for k, (s, _, _) in enumerate(feed)}, samplers, st, req.record_logits)
+            nxt = self._select(
+                active, {s: k for k, (s, _, _) in enumerate(feed)}, samplers, st, req.record_logits
+            )
             trace.append(st)
             active = self._advance(active, nxt, tokens, reasons, limits, stops, pos, st)
         trace.append(self._step("done", step + 1))
@@ -251,7 +268,10 @@ class Generator:
                 pre.phase = "error"
                 trace.append(pre)
                 raise GeneratorError(
-                    "GEN_DECODE_FAILED", f"decode returned {code} during prefill", field="decode", index=0
+                    "GEN_DECODE_FAILED",
+                    f"decode returned {code} during prefill",
+                    field="decode",
+                    index=0,
                 ).with_trace(trace, code)
             for k, (s, _, p) in enumerate(chunk):
                 if p == last_of[s]:
@@ -264,7 +284,10 @@ class Generator:
             return None
         from reference_impl.sampling import chain as sampling_chain
 
-        return [sampling_chain.build_chain(with_seed(req.sampler, (req.seed + i) % SEED_MOD)) for i in range(n)]
+        return [
+            sampling_chain.build_chain(with_seed(req.sampler, (req.seed + i) % SEED_MOD))
+            for i in range(n)
+        ]
 
     def _select(
         self,

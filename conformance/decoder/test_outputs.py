@@ -142,7 +142,13 @@ def test_rows_are_in_batch_order_whatever_the_split(
 ) -> None:
     n_seq = n_seq_max
     flags = [1, 1, 0, 1, 0, 1, 1, 0, 1, 1, 1, 1][: 4 * n_seq]
-    b = multi_seq_batch(n_seq, 4, flags)
+    # sequences in contiguous blocks: an equal split interleaves them, so emission order differs
+    b = batch(
+        prompt(4 * n_seq),
+        seqs=[[i // 4] for i in range(4 * n_seq)],
+        pos=[i % 4 for i in range(4 * n_seq)],
+        out=flags,
+    )
     ref = new_ctx(n_ctx=256, n_batch=16, n_ubatch=16, n_seq_max=n_seq, kv_unified=True)
     ctx = new_ctx(n_ctx=256 * n_seq, n_batch=16, n_ubatch=3, n_seq_max=n_seq, kv_unified=unified)
     assert ref.decode(b) == 0 and ctx.decode(b) == 0

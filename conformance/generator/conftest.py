@@ -12,7 +12,9 @@ from reference_impl.generator import Generator
 
 
 @pytest.fixture
-def make_gen(new_ctx: Callable[..., Any], load: Callable[[str], Any], target: Any) -> Callable[..., Generator]:  # noqa: F811
+def make_gen(
+    new_ctx: Callable[..., Any], load: Callable[[str], Any], target: Any
+) -> Callable[..., Generator]:
     """``make_gen(model="gqa", **params)``: a Generator over a new context (unified KV cache,
     n_ubatch >= n_seq_max unless given)."""
 
@@ -27,6 +29,8 @@ def make_gen(new_ctx: Callable[..., Any], load: Callable[[str], Any], target: An
         tokenize = None
         if target.has("model.tokenize"):
             tokenize = lambda text: target.tokenize(handle, text, True, False)  # noqa: E731
-        return Generator(ctx, n_vocab=info["n_vocab"], eos=getattr(handle, "eos", None), tokenize=tokenize)
+        return Generator(
+            ctx, n_vocab=info["n_vocab"], eos=getattr(handle, "eos", None), tokenize=tokenize
+        )
 
     return make

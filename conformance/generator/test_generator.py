@@ -85,7 +85,9 @@ def test_prefill_feeds_prompts_from_empty_sequences(make_gen: Callable[..., Gene
 
 
 @pytest.mark.invariant("GEN-005", "GEN-013")
-def test_decode_steps_feed_each_active_sequence_its_previous_choice(make_gen: Callable[..., Generator]) -> None:
+def test_decode_steps_feed_each_active_sequence_its_previous_choice(
+    make_gen: Callable[..., Generator],
+) -> None:
     gen = make_gen(n_seq_max=3)
     prompts = [prompt(4), prompt(7, start=9), prompt(2, start=50)]
     res = run(gen, prompts=prompts, max_tokens=[5, 3, 6])
@@ -122,7 +124,12 @@ def test_stop_token_finishes_without_being_returned(make_gen: Callable[..., Gene
 @pytest.mark.invariant("GEN-007", "GEN-008", "GEN-011")
 def test_per_sequence_limits(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=3)
-    res = run(gen, prompts=[prompt(3), prompt(3, start=20), prompt(3, start=70)], max_tokens=[4, 1, 0], use_eos=False)
+    res = run(
+        gen,
+        prompts=[prompt(3), prompt(3, start=20), prompt(3, start=70)],
+        max_tokens=[4, 1, 0],
+        use_eos=False,
+    )
     assert [len(res.tokens[s]) for s in range(3)] == [4, 1, 0]
     assert res.reasons == {0: "length", 1: "length", 2: "length"}
     assert 2 not in steps(res, "prefill")[0].fed  # max_tokens 0: neither prefilled nor decoded
@@ -182,7 +189,12 @@ def test_trace_schema_order_and_json_round_trip(make_gen: Callable[..., Generato
 
 @pytest.mark.invariant("GEN-014")
 def test_generation_is_deterministic(make_gen: Callable[..., Generator]) -> None:
-    req = dict(prompts=[prompt(5), prompt(4, start=33)], max_tokens=6, sampler=[["top_k", {"k": 30}], ["dist", {}]], seed=7)
+    req = dict(
+        prompts=[prompt(5), prompt(4, start=33)],
+        max_tokens=6,
+        sampler=[["top_k", {"k": 30}], ["dist", {}]],
+        seed=7,
+    )
     a = run(make_gen(n_seq_max=2), **req)
     b = run(make_gen(n_seq_max=2), **req)
     assert a.tokens == b.tokens and a.reasons == b.reasons
@@ -192,16 +204,28 @@ def test_generation_is_deterministic(make_gen: Callable[..., Generator]) -> None
 @pytest.mark.invariant("GEN-015")
 def test_each_prompt_has_its_own_seeded_stream(make_gen: Callable[..., Generator]) -> None:
     chain = [["top_k", {"k": 50}], ["temp", {"t": 1.5}], ["dist", {}]]
-    both = run(make_gen(n_seq_max=2), prompts=[prompt(5), prompt(4, start=33)], max_tokens=6, sampler=chain, seed=11)
-    second_alone = run(make_gen(n_seq_max=1), prompts=[prompt(4, start=33)], max_tokens=6, sampler=chain, seed=12)
+    both = run(
+        make_gen(n_seq_max=2),
+        prompts=[prompt(5), prompt(4, start=33)],
+        max_tokens=6,
+        sampler=chain,
+        seed=11,
+    )
+    second_alone = run(
+        make_gen(n_seq_max=1), prompts=[prompt(4, start=33)], max_tokens=6, sampler=chain, seed=12
+    )
     assert both.tokens[1] == second_alone.tokens[0]
-    other_seed = run(make_gen(n_seq_max=1), prompts=[prompt(4, start=33)], max_tokens=6, sampler=chain, seed=13)
+    other_seed = run(
+        make_gen(n_seq_max=1), prompts=[prompt(4, start=33)], max_tokens=6, sampler=chain, seed=13
+    )
     assert other_seed.tokens[0] != second_alone.tokens[0]
 
 
 @pytest.mark.invariant("GEN-017")
 @pytest.mark.requires("model.tokenize")
-def test_string_prompts_are_tokenized_once_with_bos(make_gen: Callable[..., Generator], target: Any, load: Any) -> None:
+def test_string_prompts_are_tokenized_once_with_bos(
+    make_gen: Callable[..., Generator], target: Any, load: Any
+) -> None:
     gen = make_gen(n_seq_max=1)
     res = run(gen, prompts=["The quick brown fox"], max_tokens=1)
     expected = target.tokenize(load("gqa"), "The quick brown fox", True, False)
@@ -214,7 +238,17 @@ def test_string_prompts_are_tokenized_once_with_bos(make_gen: Callable[..., Gene
 def test_generator_uses_only_the_public_context_api(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=2)
     used: list[str] = []
-    allowed = {"decode", "get_logits_ith", "seq_rm", "seq_pos_min", "seq_pos_max", "n_seq_max", "n_ubatch", "n_batch", "n_ctx_seq"}
+    allowed = {
+        "decode",
+        "get_logits_ith",
+        "seq_rm",
+        "seq_pos_min",
+        "seq_pos_max",
+        "n_seq_max",
+        "n_ubatch",
+        "n_batch",
+        "n_ctx_seq",
+    }
 
     class Spy:
         def __init__(self, inner: Any) -> None:
