@@ -9,6 +9,9 @@ The public ``Context`` maps these to llama_decode's integer return codes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class EngineError(Exception):
     """Base class: a typed, structured failure of the reference engine."""
@@ -79,10 +82,10 @@ class GeneratorError(EngineError):
 
     A failed decode carries the trace up to and including the failed call and its code."""
 
-    trace: list[object] | None = None
+    trace: list[Any] | None = None
     decode_code: int | None = None
 
-    def with_trace(self, trace: list[object], code: int) -> GeneratorError:
+    def with_trace(self, trace: Sequence[Any], code: int) -> GeneratorError:
         self.trace = list(trace)
         self.decode_code = code
         return self

@@ -219,7 +219,7 @@ def _batched_attends_everything(target: Any) -> Any:
             pos = np.asarray(ub.pos[: ub.n_tokens])
             for i in range(ub.n_tokens):
                 ok = [c for c in occupied if cells.pos[c] <= pos[i]]
-                mask[i, ok] = 0.0
+                mask[i, [int(c) for c in ok]] = 0.0
         return mask, groups
 
     ubatch_executor.stream_mask = stream_mask
