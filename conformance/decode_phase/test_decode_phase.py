@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,7 @@ def test_steps_do_not_overlap_and_commit_one_entry(
     seq = [s.seq_no for s in res.trace]
     assert seq == sorted(seq)
     steps = [s for s in res.trace if s.phase in ("prefill", "decode")]
-    for a, b in zip(steps, steps[1:]):
+    for a, b in pairwise(steps):
         assert a.kv_after == b.kv_before
     for st in decode_steps(res):
         for s in st.active:
