@@ -60,8 +60,9 @@ def test_null_fields_take_llamacpp_defaults(ctx: Any) -> None:
     assert np.allclose(ctx.logits_ith(-1), full[3], atol=1e-5)
 
 
-def test_two_sequences_and_memory_ops(ctx: Any) -> None:
-    ctx.memory_clear()
+def test_two_sequences_and_memory_ops(model: Any) -> None:
+    # one unified cache: with per-sequence streams, seq_keep(0) leaves seq 1's stream alone
+    ctx = rt.LlamaCppContext(model, n_ctx=256, n_seq_max=2, n_threads=1, kv_unified=True)
     batch = Batch.from_lists(
         [1, 290, 1, 97], pos=[0, 1, 0, 1], seq_ids=[[0], [0], [1], [1]], logits=[0, 1, 0, 1]
     )
@@ -76,6 +77,9 @@ def test_two_sequences_and_memory_ops(ctx: Any) -> None:
     assert ctx.seq_pos_max(1) == 1
     ctx.seq_keep(0)
     assert ctx.seq_pos_max(1) == -1
+    ctx.seq_add(0, 0, -1, 5)
+    assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (5, 6)
+    ctx.close()
 
 
 def test_invalid_batch_returns_minus_one(ctx: Any) -> None:
