@@ -16,9 +16,10 @@ Numerical conventions that matter for agreement with llama.cpp:
 
 Speed (decode is dominated by per-op dispatch, not arithmetic): Q/K/V and gate/up weights are
 fused at load (one matmul each) with the RMSNorm weights folded in, residual adds are fused into
-``addmm``, RoPE is one in-place complex multiply for Q and K together, attention is torch SDPA
-with native GQA (two batched matmuls for a single query row). torch's intra-op thread count is process-global: set it with :func:`set_threads`
-(the model API does so when given ``n_threads``).
+``addmm``, a single row's norm scale becomes the matmul's ``alpha``, RoPE is one in-place
+complex multiply for Q and K together, attention is torch SDPA with native GQA (two batched
+matmuls for a single query row). torch's intra-op thread count is process-global: set it with
+:func:`set_threads` (the model API does so when given ``n_threads``).
 
 Two entry points:
 
@@ -311,10 +312,12 @@ class LlamaForward:
         * ``tokens [n_tokens]`` or ``embd [n_tokens, n_embd]`` (exactly one);
         * ``positions [n_tokens]``: RoPE positions of the tokens;
         * ``kv_write(il, k, v)``: store this ubatch's roped K and V (``[n_tokens, n_head_kv,
-          head_dim]``) for layer ``il`` into the caller's cache cells;
-        * ``kv_read(il) -> (k_all, v_all)``: the layer's ``[n_kv, n_head_kv, head_dim]`` views
-          (after the write), which ``kq_mask [n_tokens, n_kv]`` (additive, 0 / -inf, float32)
-          indexes;
+          head_dim]`` float32 views, valid only during the call: copy them) for layer ``il``
+          into the caller's cache cells;
+        * ``kv_read(il) -> (k_all, v_all)``: the layer's ``[n_kv, n_head_kv, head_dim]`` float32
+          tensors (after the write; any strides, e.g. views of one stream of a
+          ``[n_stream, kv_size, n_head_kv, head_dim]`` cache), which ``kq_mask [n_tokens, n_kv]``
+          (additive, 0 / -inf) indexes;
         * ``output_rows``: ubatch rows to return (default: all).
 
         Returns logits ``[n_rows, n_vocab]``, or the final normalized hidden states
