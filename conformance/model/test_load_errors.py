@@ -1,0 +1,216 @@
+"""Files an engine must refuse at load, and (with ``model.errors``) the codes it reports.
+
+Each case builds a deliberately broken variant of a fixture. ``REFUSED`` cases are refused by
+any llama engine (llama.cpp included); ``CODED`` cases check the reference's stable codes and
+the ``field`` naming the key or tensor at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from conformance.fixtures.gguf_models import FIXTURES, fixture_path, write_gguf
+
+pytestmark = pytest.mark.requires("model.load")
+
+CFG = FIXTURES["mha"]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    invariant: str
+    code: str
+    field: str
+    build: Callable[[Path], Path]
+    refused_by_any_engine: bool = True
+
+
+def _variant(**kwargs: Any) -> Callable[[Path], Path]:
+    def build(tmp: Path) -> Path:
+        return write_gguf(CFG, tmp / "variant.gguf", **kwargs)
+
+    return build
+
+
+def _bytes_variant(edit: Callable[[bytes], bytes]) -> Callable[[Path], Path]:
+    def build(tmp: Path) -> Path:
+        out = tmp / "variant.gguf"
+        out.write_bytes(edit(fixture_path("mha").read_bytes()))
+        return out
+
+    return build
+
+
+def _missing(tmp: Path) -> Path:
+    return tmp / "no-such-model.gguf"
+
+
+def _garbage_header(data: bytes) -> bytes:
+    # Valid magic and version, then a tensor count and key count far beyond the file.
+    return data[:8] + (2**40).to_bytes(8, "little") + (2**40).to_bytes(8, "little") + data[24:]
+
+
+def _q4_1_tensor() -> tuple[np.ndarray, Any]:
+    values = np.full((CFG.n_head * CFG.head_dim, CFG.n_embd), 0.01, dtype=np.float32)
+    qtype = gguf.GGMLQuantizationType.Q4_1
+    return gguf.quants.quantize(values, qtype), qtype
+
+
+CASES = [
+    Case("not-a-file", "GGUF-006", "GGUF_FILE_NOT_FOUND", "path", _missing),
+    Case(
+        "bad-magic", "GGUF-007", "GGUF_MALFORMED", "path", _bytes_variant(lambda d: b"GGUX" + d[4:])
+    ),
+    Case("garbage-header", "GGUF-007", "GGUF_MALFORMED", "path", _bytes_variant(_garbage_header)),
+    Case(
+        "truncated-data",
+        "GGUF-007",
+        "GGUF_MALFORMED",
+        "path",
+        _bytes_variant(lambda d: d[: len(d) * 2 // 3]),
+    ),
+    Case(
+        "truncated-header", "GGUF-007", "GGUF_MALFORMED", "path", _bytes_variant(lambda d: d[:300])
+    ),
+    Case("empty-file", "GGUF-007", "GGUF_MALFORMED", "path", _bytes_variant(lambda d: b"")),
+    Case(
+        "unknown-arch",
+        "GGUF-008",
+        "GGUF_UNSUPPORTED_ARCH",
+        "general.architecture",
+        _variant(architecture="notllama"),
+    ),
+    Case(
+        "missing-rms-eps",
+        "GGUF-009",
+        "GGUF_MISSING_KEY",
+        "llama.attention.layer_norm_rms_epsilon",
+        _variant(omit_keys=["llama.attention.layer_norm_rms_epsilon"]),
+    ),
+    Case(
+        "missing-embedding-length",
+        "GGUF-009",
+        "GGUF_MISSING_KEY",
+        "llama.embedding_length",
+        _variant(omit_keys=["llama.embedding_length"]),
+    ),
+    Case(
+        "missing-tokenizer-model",
+        "GGUF-009",
+        "GGUF_MISSING_KEY",
+        "tokenizer.ggml.model",
+        _variant(omit_keys=["tokenizer.ggml.model"]),
+    ),
+    Case(
+        "block-count-as-string",
+        "GGUF-010",
+        "GGUF_KEY_TYPE",
+        "llama.block_count",
+        _variant(override_keys={"llama.block_count": "2"}),
+    ),
+    Case(
+        "eps-as-string",
+        "GGUF-010",
+        "GGUF_KEY_TYPE",
+        "llama.attention.layer_norm_rms_epsilon",
+        _variant(override_keys={"llama.attention.layer_norm_rms_epsilon": "1e-5"}),
+    ),
+    Case(
+        "heads-not-multiple-of-kv-heads",
+        "GGUF-011",
+        "GGUF_INVALID_HPARAM",
+        "llama.attention.head_count_kv",
+        _variant(override_keys={"llama.attention.head_count_kv": 3}),
+    ),
+    Case(
+        "rope-dims-not-head-size",
+        "GGUF-011",
+        "GGUF_INVALID_HPARAM",
+        "llama.rope.dimension_count",
+        _variant(override_keys={"llama.rope.dimension_count": CFG.head_dim // 2}),
+    ),
+    Case(
+        "missing-ffn-down",
+        "GGUF-012",
+        "GGUF_MISSING_TENSOR",
+        "blk.1.ffn_down.weight",
+        _variant(omit_tensors=["blk.1.ffn_down.weight"]),
+    ),
+    Case(
+        "missing-output-norm",
+        "GGUF-012",
+        "GGUF_MISSING_TENSOR",
+        "output_norm.weight",
+        _variant(omit_tensors=["output_norm.weight"]),
+    ),
+    Case(
+        "k-proj-wrong-shape",
+        "GGUF-013",
+        "GGUF_SHAPE_MISMATCH",
+        "blk.0.attn_k.weight",
+        _variant(
+            override_tensors={
+                "blk.0.attn_k.weight": np.zeros((CFG.head_dim, CFG.n_embd), np.float32)
+            }
+        ),
+    ),
+    Case(
+        "embd-wrong-vocab",
+        "GGUF-013",
+        "GGUF_SHAPE_MISMATCH",
+        "token_embd.weight",
+        _variant(override_tensors={"token_embd.weight": np.zeros((100, CFG.n_embd), np.float32)}),
+    ),
+    Case(
+        "q4_1-tensor",
+        "GGUF-014",
+        "GGUF_UNSUPPORTED_TENSOR_TYPE",
+        "blk.0.attn_q.weight",
+        _variant(override_tensors={"blk.0.attn_q.weight": _q4_1_tensor()}),
+        refused_by_any_engine=False,  # llama.cpp computes with Q4_1
+    ),
+    Case(
+        "extra-tensor",
+        "GGUF-015",
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.extra.weight",
+        _variant(override_tensors={"blk.0.extra.weight": np.zeros((CFG.n_embd,), np.float32)}),
+    ),
+    Case(
+        "bpe-tokenizer",
+        "GGUF-016",
+        "GGUF_UNSUPPORTED_TOKENIZER",
+        "tokenizer.ggml.model",
+        _variant(override_keys={"tokenizer.ggml.model": "gpt2"}),
+    ),
+]
+
+
+def _params(cases: list[Case]) -> list[Any]:
+    return [pytest.param(c, id=c.id, marks=pytest.mark.invariant(c.invariant)) for c in cases]
+
+
+@pytest.mark.parametrize("case", _params([c for c in CASES if c.refused_by_any_engine]))
+def test_refused(case: Case, target: Any, tmp_path: Path) -> None:
+    path = case.build(tmp_path)
+    with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+        target.load_model(path)
+
+
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize("case", _params(CASES))
+def test_error_code_names_the_culprit(case: Case, target: Any, tmp_path: Path) -> None:
+    path = case.build(tmp_path)
+    with pytest.raises(Exception) as info:
+        target.load_model(path)
+    err = info.value
+    assert getattr(err, "code", None) == case.code, f"{type(err).__name__}: {err}"
+    assert getattr(err, "field", None) == case.field, str(err)

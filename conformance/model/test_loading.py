@@ -1,0 +1,136 @@
+"""GGUF loading: hyperparameters, dequantization of F32/F16/Q8_0/Q4_0, tied output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from conformance.fixtures.gguf_models import FIXTURES, TINY_FIXTURES, fixture_vocab, write_gguf
+
+pytestmark = pytest.mark.requires("model.load")
+
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+Q4_0 = gguf.GGMLQuantizationType.Q4_0
+
+
+def _reader_tensors(path: Path) -> dict[str, Any]:
+    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def _gguf_values(t: Any) -> np.ndarray:
+    """The oracle: gguf-py's own dequantization, in numpy shape."""
+    shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+    return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(
+        shape
+    )
+
+
+@pytest.mark.invariant("GGUF-001")
+@pytest.mark.parametrize("name", [*TINY_FIXTURES, "bench25m"])
+def test_hparams_as_written(name: str, target: Any, load: Callable[[str], Any]) -> None:
+    cfg = FIXTURES[name]
+    info = target.model_info(load(name))
+    assert info == {
+        "n_vocab": len(fixture_vocab()[0]),
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "n_head_kv": cfg.n_head_kv,
+        "n_ctx_train": cfg.n_ctx_train,
+    }
+
+
+def _check_all_tensors(target: Any, handle: Any, path: Path) -> int:
+    checked = 0
+    for name, t in _reader_tensors(path).items():
+        got = target.model_tensor(handle, name)
+        want = _gguf_values(t)
+        assert got.dtype == np.float32, name
+        assert got.shape == want.shape, name
+        assert np.array_equal(got, want, equal_nan=True), (
+            f"{name}: {int(np.sum(got != want))} values differ from gguf.quants.dequantize"
+        )
+        checked += 1
+    return checked
+
+
+@pytest.mark.invariant("GGUF-002")
+@pytest.mark.requires("model.weights")
+def test_q8_0_matches_gguf_dequantize(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    types = {t.tensor_type for t in _reader_tensors(gguf_path("q8")).values()}
+    assert Q8_0 in types
+    assert _check_all_tensors(target, load("q8"), gguf_path("q8")) > 10
+
+
+@pytest.mark.invariant("GGUF-003")
+@pytest.mark.requires("model.weights")
+def test_q4_0_matches_gguf_dequantize(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    types = {t.tensor_type for t in _reader_tensors(gguf_path("q4")).values()}
+    assert Q4_0 in types
+    assert _check_all_tensors(target, load("q4"), gguf_path("q4")) > 10
+
+
+def _random_blocks(qtype: Any, shape: tuple[int, int], seed: int) -> np.ndarray:
+    """Random block bytes (every nibble / int8 value, any fp16 scale bits incl. inf / nan)."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rows, cols = shape
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(rows, cols // block * size), dtype=np.uint8)
+
+
+@pytest.mark.invariant("GGUF-002", "GGUF-003")
+@pytest.mark.requires("model.weights")
+@pytest.mark.parametrize("qtype", [Q8_0, Q4_0], ids=["q8_0", "q4_0"])
+def test_random_block_bytes_match_gguf_dequantize(qtype: Any, target: Any, tmp_path: Path) -> None:
+    cfg = FIXTURES["q4"]
+    shape = (cfg.n_embd, cfg.n_embd)  # attn_q: [n_head * head_dim, n_embd]
+    raw = _random_blocks(qtype, shape, seed=int(qtype))
+    path = write_gguf(
+        cfg, tmp_path / "blocks.gguf", override_tensors={"blk.0.attn_q.weight": (raw, qtype)}
+    )
+    handle = target.load_model(path)
+    got = target.model_tensor(handle, "blk.0.attn_q.weight")
+    with np.errstate(invalid="ignore"):
+        want = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.invariant("GGUF-004")
+@pytest.mark.requires("model.weights")
+@pytest.mark.parametrize("name", ["mha", "f16"])
+def test_f32_and_f16_load_exactly(
+    name: str, target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    tensors = _reader_tensors(gguf_path(name))
+    for tname, t in tensors.items():
+        got = target.model_tensor(load(name), tname)
+        want = np.asarray(t.data).astype(np.float32)
+        assert np.array_equal(got, want), tname
+    kinds = {t.tensor_type.name for t in tensors.values()}
+    assert ("F16" in kinds) == (name == "f16")
+
+
+@pytest.mark.invariant("GGUF-005")
+@pytest.mark.requires("model.weights")
+def test_output_tied_to_token_embd_when_absent(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    assert "output.weight" not in _reader_tensors(gguf_path("tied"))
+    tied = load("tied")
+    out = target.model_tensor(tied, "output.weight")
+    assert np.array_equal(out, target.model_tensor(tied, "token_embd.weight"))
+    # With output.weight present, it is used as stored (not token_embd).
+    tensors = _reader_tensors(gguf_path("mha"))
+    untied = target.model_tensor(load("mha"), "output.weight")
+    assert np.array_equal(untied, _gguf_values(tensors["output.weight"]))
+    assert not np.array_equal(untied, _gguf_values(tensors["token_embd.weight"]))

@@ -1,0 +1,160 @@
+"""The reference model: a llama GGUF file, its tokenizer and its forward pass.
+
+``Model`` mirrors the model half of llama.cpp's C API (``llama_model_load_from_file``,
+``llama_model_n_*``, ``llama_tokenize`` / ``llama_token_to_piece`` / ``llama_detokenize``);
+the decoder's ``Context`` builds on :meth:`Model.forward_ubatch`.
+
+>>> model = Model.from_gguf(path, n_threads=2)  # doctest: +SKIP
+>>> ids = model.tokenize("Hello world")          # [1, ...] (BOS first)  # doctest: +SKIP
+>>> logits = model.forward(ids)                  # [len(ids), n_vocab]   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from reference_impl.errors import EngineError
+from reference_impl.model import gguf_loader, llama
+from reference_impl.model.gguf_loader import HParams, ModelWeights
+from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
+from reference_impl.tokenizer import SpmTokenizer
+
+__all__ = [
+    "AttentionFn",
+    "HParams",
+    "KVRead",
+    "KVWrite",
+    "LlamaForward",
+    "Model",
+    "ModelWeights",
+    "set_threads",
+]
+
+
+class Model:
+    """A loaded llama model. Build it with :meth:`from_gguf`."""
+
+    def __init__(self, weights: ModelWeights, attention: AttentionFn | None = None) -> None:
+        self.weights = weights
+        self.hparams: HParams = weights.hparams
+        self.graph = llama.LlamaForward(weights, attention=attention)
+        self.tokenizer = SpmTokenizer(weights.vocab) if weights.vocab is not None else None
+
+    @classmethod
+    def from_gguf(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        n_threads: int | None = None,
+        attention: AttentionFn | None = None,
+    ) -> Model:
+        """Load a llama GGUF file (F32/F16/Q8_0/Q4_0 tensors, dequantized to float32).
+
+        ``n_threads`` sets torch's (process-wide) intra-op thread count; ``attention`` swaps
+        the attention kernel (default: torch SDPA with native GQA). Raises
+        :class:`~reference_impl.errors.ModelLoadError` with a ``GGUF_*`` code naming the key
+        or tensor at fault.
+        """
+        if n_threads is not None:
+            set_threads(n_threads)
+        return cls(gguf_loader.load_gguf(path), attention=attention)
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        return self.hparams.n_vocab
+
+    @property
+    def n_embd(self) -> int:
+        return self.hparams.n_embd
+
+    @property
+    def n_layer(self) -> int:
+        return self.hparams.n_layer
+
+    @property
+    def n_ctx_train(self) -> int:
+        return self.hparams.n_ctx_train
+
+    @property
+    def bos(self) -> int:
+        return self._tok().vocab.bos_id
+
+    @property
+    def eos(self) -> int:
+        return self._tok().vocab.eos_id
+
+    # -- tokenizer ----------------------------------------------------------------------------
+
+    def _tok(self) -> SpmTokenizer:
+        if self.tokenizer is None:
+            raise EngineError(
+                "TOK_NO_VOCAB", "this model has no vocabulary (no_vocab)", field="tokenizer"
+            )
+        return self.tokenizer
+
+    def tokenize(self, text: str, add_bos: bool = True, parse_special: bool = False) -> list[int]:
+        """llama_tokenize: ``add_bos`` is llama.cpp's ``add_special``."""
+        return self._tok().tokenize(text, add_special=add_bos, parse_special=parse_special)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        return self._tok().token_to_piece(token, special=special)
+
+    def detokenize_bytes(
+        self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False
+    ) -> bytes:
+        return self._tok().detokenize(tokens, remove_special, unparse_special)
+
+    def detokenize(
+        self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False
+    ) -> str:
+        """llama_detokenize as text (invalid UTF-8 from split byte tokens becomes U+FFFD)."""
+        return self.detokenize_bytes(tokens, remove_special, unparse_special).decode(
+            "utf-8", errors="replace"
+        )
+
+    # -- forward ------------------------------------------------------------------------------
+
+    def forward(
+        self, tokens: Sequence[int] | np.ndarray, output_rows: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Full-sequence logits ``[n_rows, n_vocab]`` (positions 0.., causal, no cache)."""
+        return self.graph.forward(tokens, output_rows)
+
+    def forward_ubatch(
+        self,
+        *,
+        positions: torch.Tensor | Sequence[int] | np.ndarray,
+        kv_write: KVWrite,
+        kv_read: KVRead,
+        kq_mask: torch.Tensor,
+        tokens: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        embd: torch.Tensor | np.ndarray | None = None,
+        output_rows: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        return_hidden: bool = False,
+    ) -> torch.Tensor:
+        """One cached step; see :meth:`LlamaForward.forward_ubatch`."""
+        return self.graph.forward_ubatch(
+            positions=positions,
+            kv_write=kv_write,
+            kv_read=kv_read,
+            kq_mask=kq_mask,
+            tokens=tokens,
+            embd=embd,
+            output_rows=output_rows,
+            return_hidden=return_hidden,
+        )
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.graph.logits_from_hidden(hidden)
+
+    def rope_shift(
+        self, k: torch.Tensor, delta_positions: Sequence[int] | torch.Tensor
+    ) -> torch.Tensor:
+        """K-shift: keys re-rotated by per-cell position deltas."""
+        return self.graph.rope_shift(k, delta_positions)

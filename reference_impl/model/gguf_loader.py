@@ -1,0 +1,496 @@
+"""Load a llama-family GGUF file into :class:`ModelWeights` (hyperparameters + float32 tensors).
+
+Parsing uses the ``gguf`` package (``GGUFReader``); tensors stored as F32, F16, Q8_0 or Q4_0
+are dequantized to float32 at load (:mod:`reference_impl.model.dequant`). What is read, and
+how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` /
+``load_arch_tensors``):
+
+* ``general.architecture`` must be ``llama``;
+* ``llama.embedding_length``, ``llama.block_count``, ``llama.feed_forward_length``,
+  ``llama.attention.head_count``, ``llama.context_length`` and
+  ``llama.attention.layer_norm_rms_epsilon`` are required; ``head_count_kv`` defaults to
+  ``head_count``, ``rope.freq_base`` to 10000, ``rope.dimension_count`` to the head size,
+  ``attention.key_length`` / ``value_length`` to ``n_embd / n_head``;
+* ``n_vocab`` is the length of ``tokenizer.ggml.tokens`` (or ``llama.vocab_size`` for a
+  ``no_vocab`` file);
+* ``output.weight`` is optional: without it the output projection is ``token_embd`` (tied);
+* every other tensor must be present with the expected shape, and no extra tensor may exist.
+
+Every failure is a :class:`~reference_impl.errors.ModelLoadError` whose ``code`` is one of
+``LOAD_ERROR_CODES`` and whose ``field`` names the key or tensor at fault.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reference_impl.errors import ModelLoadError
+from reference_impl.model import dequant
+from reference_impl.tokenizer import SpmVocab
+
+SUPPORTED_ARCHS = ("llama",)
+SUPPORTED_TYPES = tuple(dequant.TYPE_NAMES)
+
+LOAD_ERROR_CODES = (
+    "GGUF_FILE_NOT_FOUND",  # the path does not exist or is not a file
+    "GGUF_MALFORMED",  # not a GGUF file, a corrupt header or a truncated file
+    "GGUF_UNSUPPORTED_ARCH",  # general.architecture is not a supported architecture
+    "GGUF_MISSING_KEY",  # a required metadata key is absent
+    "GGUF_KEY_TYPE",  # a metadata key has the wrong value type
+    "GGUF_INVALID_HPARAM",  # hyperparameters that contradict each other or are out of range
+    "GGUF_UNSUPPORTED_FEATURE",  # a feature this reference does not implement
+    "GGUF_UNSUPPORTED_TOKENIZER",  # tokenizer.ggml.model other than llama / no_vocab
+    "GGUF_MISSING_TENSOR",  # a required tensor is absent
+    "GGUF_UNEXPECTED_TENSOR",  # a tensor the architecture does not use
+    "GGUF_UNSUPPORTED_TENSOR_TYPE",  # a tensor stored in a type other than F32/F16/Q8_0/Q4_0
+    "GGUF_SHAPE_MISMATCH",  # a tensor whose shape disagrees with the hyperparameters
+)
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Model hyperparameters, llama.cpp names."""
+
+    arch: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    n_ff: int
+    rms_eps: float
+    rope_freq_base: float
+    n_ctx_train: int
+    tied_output: bool
+
+    @property
+    def n_embd_q(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def n_embd_k_gqa(self) -> int:
+        return self.n_head_kv * self.head_dim
+
+    @property
+    def n_gqa(self) -> int:
+        return self.n_head // self.n_head_kv
+
+    @property
+    def kq_scale(self) -> float:
+        return 1.0 / float(np.sqrt(self.head_dim))
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One transformer block; matrices are ``[out_features, in_features]`` float32."""
+
+    attn_norm: torch.Tensor
+    wq: torch.Tensor
+    wk: torch.Tensor
+    wv: torch.Tensor
+    wo: torch.Tensor
+    ffn_norm: torch.Tensor
+    ffn_gate: torch.Tensor
+    ffn_up: torch.Tensor
+    ffn_down: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A loaded model: hyperparameters, dequantized tensors and the vocabulary."""
+
+    path: Path
+    hparams: HParams
+    token_embd: torch.Tensor  # [n_vocab, n_embd]
+    output_norm: torch.Tensor  # [n_embd]
+    output: torch.Tensor | None  # [n_vocab, n_embd]; None when tied to token_embd
+    layers: tuple[LayerWeights, ...]
+    vocab: SpmVocab | None
+    tensor_types: dict[str, str] = field(default_factory=dict)  # name -> "F32" / "Q4_0" / ...
+    metadata: dict[str, Any] = field(default_factory=dict)  # scalar general.* keys
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The output projection actually used (token_embd when tied)."""
+        return self.token_embd if self.output is None else self.output
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """A dequantized tensor by its GGUF name (``output.weight`` resolves tying)."""
+        if name == "token_embd.weight":
+            return self.token_embd
+        if name == "output_norm.weight":
+            return self.output_norm
+        if name == "output.weight":
+            return self.output_weight
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight":
+            il = int(parts[1])
+            attr = _LAYER_TENSORS.get(parts[2])
+            if attr is not None and 0 <= il < len(self.layers):
+                t: torch.Tensor = getattr(self.layers[il], attr)
+                return t
+        raise KeyError(name)
+
+
+_LAYER_TENSORS = {
+    "attn_norm": "attn_norm",
+    "attn_q": "wq",
+    "attn_k": "wk",
+    "attn_v": "wv",
+    "attn_output": "wo",
+    "ffn_norm": "ffn_norm",
+    "ffn_gate": "ffn_gate",
+    "ffn_up": "ffn_up",
+    "ffn_down": "ffn_down",
+}
+
+# Known llama tensors that this reference does not implement (llama.cpp accepts them).
+_UNSUPPORTED_TENSORS = (
+    "rope_freqs",
+    "attn_qkv",
+    "ffn_gate_inp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+)
+
+
+def _err(code: str, message: str, field_name: str | None) -> ModelLoadError:
+    return ModelLoadError(code, message, field=field_name)
+
+
+# -- metadata ---------------------------------------------------------------------------------
+
+_INT_TYPES = ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64")
+_FLOAT_TYPES = ("FLOAT32", "FLOAT64")
+
+
+class _Meta:
+    """Typed access to the GGUF key/value section."""
+
+    def __init__(self, reader: Any) -> None:
+        self.fields = reader.fields
+
+    def _field(self, key: str, required: bool) -> Any:
+        f = self.fields.get(key)
+        if f is None and required:
+            raise _err("GGUF_MISSING_KEY", f"required key {key!r} is missing", key)
+        return f
+
+    @staticmethod
+    def _type_name(f: Any) -> str:
+        return str(f.types[0].name) if f.types else "?"
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        f = self._field(key, default is None)
+        if f is None:
+            assert default is not None
+            return default
+        if self._type_name(f) not in _INT_TYPES:
+            raise _err(
+                "GGUF_KEY_TYPE", f"key {key!r} must be an integer, got {self._type_name(f)}", key
+            )
+        return int(f.contents())
+
+    def get_float(self, key: str, default: float | None = None) -> float:
+        f = self._field(key, default is None)
+        if f is None:
+            assert default is not None
+            return default
+        if self._type_name(f) not in _FLOAT_TYPES:
+            raise _err(
+                "GGUF_KEY_TYPE", f"key {key!r} must be a float, got {self._type_name(f)}", key
+            )
+        return float(f.contents())
+
+    def get_str(self, key: str, default: str | None = None) -> str:
+        f = self._field(key, default is None)
+        if f is None:
+            assert default is not None
+            return default
+        if self._type_name(f) != "STRING":
+            raise _err(
+                "GGUF_KEY_TYPE", f"key {key!r} must be a string, got {self._type_name(f)}", key
+            )
+        return str(f.contents())
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        f = self._field(key, False)
+        if f is None:
+            return default
+        if self._type_name(f) != "BOOL":
+            raise _err(
+                "GGUF_KEY_TYPE", f"key {key!r} must be a bool, got {self._type_name(f)}", key
+            )
+        return bool(f.contents())
+
+    def get_array(self, key: str, item_types: tuple[str, ...]) -> list[Any] | None:
+        f = self._field(key, False)
+        if f is None:
+            return None
+        if self._type_name(f) != "ARRAY" or f.types[-1].name not in item_types:
+            raise _err(
+                "GGUF_KEY_TYPE", f"key {key!r} must be an array of {'/'.join(item_types)}", key
+            )
+        return list(f.contents())
+
+    def has(self, key: str) -> bool:
+        return key in self.fields
+
+
+def _read_vocab(meta: _Meta) -> tuple[SpmVocab | None, int | None]:
+    """(vocabulary or None for no_vocab, its size or None)."""
+    model = meta.get_str("tokenizer.ggml.model")
+    if model in ("no_vocab", "none"):
+        return None, None
+    if model != "llama":
+        raise _err(
+            "GGUF_UNSUPPORTED_TOKENIZER",
+            f"tokenizer.ggml.model {model!r} is not supported (only 'llama' SPM and 'no_vocab')",
+            "tokenizer.ggml.model",
+        )
+    tokens = meta.get_array("tokenizer.ggml.tokens", ("STRING",))
+    if tokens is None:
+        raise _err("GGUF_MISSING_KEY", "the token list is missing", "tokenizer.ggml.tokens")
+    n = len(tokens)
+    scores = meta.get_array("tokenizer.ggml.scores", ("FLOAT32", "INT32"))
+    types = meta.get_array("tokenizer.ggml.token_type", ("INT32",))
+    for key, arr in (("tokenizer.ggml.scores", scores), ("tokenizer.ggml.token_type", types)):
+        if arr is not None and len(arr) < n:
+            raise _err("GGUF_INVALID_HPARAM", f"{key} has {len(arr)} entries for {n} tokens", key)
+    vocab = SpmVocab(
+        tokens=tuple(tokens),
+        scores=tuple(float(s) for s in scores[:n]) if scores is not None else (0.0,) * n,
+        types=tuple(int(t) for t in types[:n]) if types is not None else (1,) * n,
+        bos_id=meta.get_int("tokenizer.ggml.bos_token_id", 1),
+        eos_id=meta.get_int("tokenizer.ggml.eos_token_id", 2),
+        unk_id=meta.get_int("tokenizer.ggml.unknown_token_id", 0),
+        add_bos=meta.get_bool("tokenizer.ggml.add_bos_token", True),
+        add_eos=meta.get_bool("tokenizer.ggml.add_eos_token", False),
+        add_space_prefix=meta.get_bool("tokenizer.ggml.add_space_prefix", True),
+    )
+    for key, tid in (
+        ("tokenizer.ggml.bos_token_id", vocab.bos_id),
+        ("tokenizer.ggml.eos_token_id", vocab.eos_id),
+    ):
+        if not 0 <= tid < n:
+            raise _err("GGUF_INVALID_HPARAM", f"{key} = {tid} is outside [0, {n})", key)
+    return vocab, n
+
+
+def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab | None]:
+    arch = meta.get_str("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise _err(
+            "GGUF_UNSUPPORTED_ARCH",
+            f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})",
+            "general.architecture",
+        )
+    a = arch
+    n_embd = meta.get_int(f"{a}.embedding_length")
+    n_layer = meta.get_int(f"{a}.block_count")
+    n_ff = meta.get_int(f"{a}.feed_forward_length")
+    n_head = meta.get_int(f"{a}.attention.head_count")
+    n_head_kv = meta.get_int(f"{a}.attention.head_count_kv", n_head)
+    n_ctx_train = meta.get_int(f"{a}.context_length")
+    rms_eps = meta.get_float(f"{a}.attention.layer_norm_rms_epsilon")
+    freq_base = meta.get_float(f"{a}.rope.freq_base", 10000.0)
+    for key, val in (
+        (f"{a}.embedding_length", n_embd),
+        (f"{a}.block_count", n_layer),
+        (f"{a}.feed_forward_length", n_ff),
+        (f"{a}.attention.head_count", n_head),
+        (f"{a}.attention.head_count_kv", n_head_kv),
+        (f"{a}.context_length", n_ctx_train),
+    ):
+        if val <= 0:
+            raise _err("GGUF_INVALID_HPARAM", f"{key} must be positive, got {val}", key)
+    if n_head % n_head_kv:
+        raise _err(
+            "GGUF_INVALID_HPARAM",
+            f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}",
+            f"{a}.attention.head_count_kv",
+        )
+    if n_embd % n_head and not meta.has(f"{a}.attention.key_length"):
+        raise _err(
+            "GGUF_INVALID_HPARAM",
+            f"embedding_length {n_embd} is not a multiple of head_count {n_head}",
+            f"{a}.attention.head_count",
+        )
+    head_dim = meta.get_int(f"{a}.attention.key_length", n_embd // n_head)
+    head_dim_v = meta.get_int(f"{a}.attention.value_length", head_dim)
+    if head_dim_v != head_dim:
+        raise _err(
+            "GGUF_UNSUPPORTED_FEATURE",
+            f"key_length {head_dim} != value_length {head_dim_v}",
+            f"{a}.attention.value_length",
+        )
+    n_rot = meta.get_int(f"{a}.rope.dimension_count", head_dim)
+    if n_rot != head_dim:  # the llama graph asserts n_rot == head size
+        raise _err(
+            "GGUF_INVALID_HPARAM",
+            f"rope.dimension_count {n_rot} must equal the head size {head_dim}",
+            f"{a}.rope.dimension_count",
+        )
+    if head_dim % 2:
+        raise _err(
+            "GGUF_INVALID_HPARAM", f"head size {head_dim} must be even", f"{a}.attention.head_count"
+        )
+    if meta.get_int(f"{a}.expert_count", 0) > 0:
+        raise _err(
+            "GGUF_UNSUPPORTED_FEATURE", "mixture-of-experts is not supported", f"{a}.expert_count"
+        )
+    scaling = meta.get_str(f"{a}.rope.scaling.type", "none")
+    if scaling not in ("none", ""):
+        raise _err(
+            "GGUF_UNSUPPORTED_FEATURE",
+            f"rope scaling {scaling!r} is not supported",
+            f"{a}.rope.scaling.type",
+        )
+    if meta.get_float(f"{a}.attention.scale", 0.0) != 0.0:
+        raise _err(
+            "GGUF_UNSUPPORTED_FEATURE",
+            "a custom attention scale is not supported",
+            f"{a}.attention.scale",
+        )
+    vocab, n_tokens = _read_vocab(meta)
+    n_vocab = n_tokens if n_tokens is not None else meta.get_int(f"{a}.vocab_size")
+    if n_vocab <= 0:
+        raise _err("GGUF_INVALID_HPARAM", "the vocabulary is empty", "tokenizer.ggml.tokens")
+    hp = HParams(
+        arch=arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        n_rot=n_rot,
+        n_ff=n_ff,
+        rms_eps=rms_eps,
+        rope_freq_base=freq_base,
+        n_ctx_train=n_ctx_train,
+        tied_output="output.weight" not in tensor_names,
+    )
+    return hp, vocab
+
+
+# -- tensors ----------------------------------------------------------------------------------
+
+
+def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
+    """ggml shapes (``ne0`` first) of the tensors a llama model needs; ``output.weight`` is
+    included and treated as optional by the loader."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (hp.n_embd, hp.n_vocab),
+        "output_norm.weight": (hp.n_embd,),
+        "output.weight": (hp.n_embd, hp.n_vocab),
+    }
+    for i in range(hp.n_layer):
+        p = f"blk.{i}."
+        shapes[p + "attn_norm.weight"] = (hp.n_embd,)
+        shapes[p + "attn_q.weight"] = (hp.n_embd, hp.n_embd_q)
+        shapes[p + "attn_k.weight"] = (hp.n_embd, hp.n_embd_k_gqa)
+        shapes[p + "attn_v.weight"] = (hp.n_embd, hp.n_embd_k_gqa)
+        shapes[p + "attn_output.weight"] = (hp.n_embd_q, hp.n_embd)
+        shapes[p + "ffn_norm.weight"] = (hp.n_embd,)
+        shapes[p + "ffn_gate.weight"] = (hp.n_embd, hp.n_ff)
+        shapes[p + "ffn_up.weight"] = (hp.n_embd, hp.n_ff)
+        shapes[p + "ffn_down.weight"] = (hp.n_ff, hp.n_embd)
+    return shapes
+
+
+def _open(path: Path) -> Any:
+    import gguf
+
+    if not path.is_file():
+        raise _err("GGUF_FILE_NOT_FOUND", f"no such file: {path}", "path")
+    try:
+        reader = gguf.GGUFReader(str(path), "r")
+    except Exception as exc:  # the gguf reader raises many types for corrupt input
+        size = path.stat().st_size
+        raise _err(
+            "GGUF_MALFORMED",
+            f"{path} is not a readable GGUF file ({size} bytes): {type(exc).__name__}: {exc}",
+            "path",
+        ) from exc
+    if reader.byte_order != "I" or not np.little_endian:
+        raise _err("GGUF_UNSUPPORTED_FEATURE", "big-endian GGUF files are not supported", "path")
+    return reader
+
+
+def load_gguf(path: str | os.PathLike[str]) -> ModelWeights:
+    """Read, validate and dequantize a llama GGUF file. Raises ModelLoadError."""
+    p = Path(path)
+    reader = _open(p)
+    meta = _Meta(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    hp, vocab = read_hparams(meta, set(tensors))
+    expected = expected_tensor_shapes(hp)
+
+    for name in tensors:
+        if name in expected:
+            continue
+        parts = name.split(".")
+        if len(parts) >= 3 and parts[0] == "blk" and parts[2] in _UNSUPPORTED_TENSORS:
+            raise _err("GGUF_UNSUPPORTED_FEATURE", f"tensor {name!r} is not supported", name)
+        if name.split(".")[0] in _UNSUPPORTED_TENSORS or name.endswith(".bias"):
+            raise _err("GGUF_UNSUPPORTED_FEATURE", f"tensor {name!r} is not supported", name)
+        raise _err("GGUF_UNEXPECTED_TENSOR", f"tensor {name!r} is not used by a llama model", name)
+
+    loaded: dict[str, torch.Tensor] = {}
+    types: dict[str, str] = {}
+    for name, shape in expected.items():
+        t = tensors.get(name)
+        if t is None:
+            if name == "output.weight":
+                continue  # tied to token_embd
+            raise _err("GGUF_MISSING_TENSOR", f"required tensor {name!r} is missing", name)
+        got = tuple(int(d) for d in t.shape)
+        if got != shape:
+            raise _err(
+                "GGUF_SHAPE_MISMATCH",
+                f"tensor {name!r} has shape {list(got)}, expected {list(shape)} (ggml order)",
+                name,
+            )
+        ggml_type = int(t.tensor_type)
+        if ggml_type not in SUPPORTED_TYPES:
+            raise _err(
+                "GGUF_UNSUPPORTED_TENSOR_TYPE",
+                f"tensor {name!r} is stored as {t.tensor_type.name}; supported: "
+                + ", ".join(dequant.TYPE_NAMES.values()),
+                name,
+            )
+        values = dequant.dequantize(t.data, ggml_type, tuple(reversed(shape)))
+        loaded[name] = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+        types[name] = dequant.TYPE_NAMES[ggml_type]
+
+    layers = tuple(
+        LayerWeights(
+            **{attr: loaded[f"blk.{i}.{key}.weight"] for key, attr in _LAYER_TENSORS.items()}
+        )
+        for i in range(hp.n_layer)
+    )
+    metadata: dict[str, Any] = {}
+    for key, f in reader.fields.items():
+        if key.startswith("general.") and f.types and f.types[0].name != "ARRAY":
+            metadata[key] = f.contents()
+    return ModelWeights(
+        path=p,
+        hparams=hp,
+        token_embd=loaded["token_embd.weight"],
+        output_norm=loaded["output_norm.weight"],
+        output=loaded.get("output.weight"),
+        layers=layers,
+        vocab=vocab,
+        tensor_types=types,
+        metadata=metadata,
+    )
