@@ -9,7 +9,9 @@ Conventions checked here, beyond what ``conformance.spec`` already enforces:
 * **Sources** name where a rule comes from: a seed with a section (``seed 002 §Definition``),
   a file of a known upstream project (``llama.cpp src/llama-context.cpp llama_context::decode
   (82bb485)``, ``ggml ggml/src/ggml-alloc.c ...``, ``EMEL src/emel/decoder/sm.hpp (e46fd521)``,
-  ``gguf-py gguf/quants.py ...``), or ``decision`` (a choice of this suite).
+  ``gguf-py gguf/quants.py ...``, ``decoupled-bottleneck-attention production/kvcache_backend.py
+  (eee67df)``), or ``decision`` (a choice of this suite). A project named without a file is
+  refused, and so is a research note (``decoupled.md §2.2``) in place of the project.
 * **Decision-based rows** are rows whose Source contains the word ``decision``. Their file must
   have a ``Decisions`` heading (any level). The section under it must either mention the row's
   ID, or contain an entry that starts with the decision label the Source names (a label is
@@ -37,7 +39,15 @@ SPEC_DIR = default_spec_dir()
 README = SPEC_DIR / "README.md"
 
 # Upstream projects a Source may cite a file of; extend here when an area needs another one.
-PROJECTS = ("llama.cpp", "ggml", "gguf", "gguf-py", "emel", "llama-cpp-python")
+PROJECTS = (
+    "llama.cpp",
+    "ggml",
+    "gguf",
+    "gguf-py",
+    "emel",
+    "llama-cpp-python",
+    "decoupled-bottleneck-attention",  # seed 001's project (github.com/TheApeMachine/...)
+)
 
 _SEED = re.compile(r"\bseed 00[0-4]\b", re.IGNORECASE)
 _DECISION = re.compile(r"\bdecision\b", re.IGNORECASE)
@@ -81,7 +91,7 @@ def source_problem(source: str) -> str | None:
         # "llama.cpp" / "emel.cpp" are project names, not files: drop them before looking.
         rest = re.sub(r"\b(?:llama|emel)\.cpp\b", " ", source, flags=re.IGNORECASE)
         return None if _FILE.search(rest) else "cites a project but names no file"
-    return "names no seed, no llama.cpp/ggml/gguf/EMEL file and no decision"
+    return "names no seed, no file of a known project and no decision"
 
 
 def decisions_section(text: str) -> str | None:
@@ -263,6 +273,13 @@ def test_parser_keeps_escaped_pipes_and_planned_area(tmp_path: Path) -> None:
         ("llama.cpp decode", False),
         ("ggml ggml/src/ggml-alloc.c ggml_dyn_tallocr_alloc (82bb485)", True),
         ("EMEL src/emel/decoder/sm.hpp (e46fd521)", True),
+        (
+            "decoupled-bottleneck-attention production/kvcache_backend.py `SeqCacheTensor` (eee67df)",
+            True,
+        ),
+        ("decoupled-bottleneck-attention (eee67df)", False),
+        ("decoupled.md §2.2", False),
+        ("seed 001 §Null token integration; decoupled.md §1.5", True),
         ("decision D4", True),
         ("vLLM tests", False),
         ("", False),

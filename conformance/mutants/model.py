@@ -22,7 +22,7 @@ def _rope_split_halves(target: Any) -> Any:
         half = x.shape[-1] // 2
         x0, x1 = x[..., :half], x[..., half:]
         c, s = rot.real, rot.imag
-        return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
+        return x.copy_(torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1))  # in place
 
     replace("reference_impl.model.llama", "apply_rope", apply_rope)
     return target
@@ -54,10 +54,14 @@ def _tied_output_zeros(target: Any) -> Any:
 
 
 def _rms_eps_dropped(target: Any) -> Any:
-    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), weight, 0.0)
+    def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), None, 0.0)
 
-    replace("reference_impl.model.llama", "rms_norm", rms_norm)
+    def normed_matmul(x: torch.Tensor, w_t: torch.Tensor, eps: float) -> torch.Tensor:
+        return torch.mm(rms_normalize(x, eps), w_t)
+
+    replace("reference_impl.model.llama", "rms_normalize", rms_normalize)
+    replace("reference_impl.model.llama", "normed_matmul", normed_matmul)
     return target
 
 
@@ -72,7 +76,7 @@ def _gqa_heads_tiled(target: Any) -> Any:
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
         )
-        return out.transpose(0, 1)
+        return out.transpose(0, 1).reshape(q.shape[0], -1)
 
     replace("reference_impl.model.llama", "sdpa_attention", sdpa_attention)
     return target

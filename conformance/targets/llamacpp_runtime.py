@@ -315,7 +315,8 @@ class LlamaCppContext:
         return int(lc.llama_decode(self.ptr, arrays.batch))
 
     def logits_ith(self, i: int) -> np.ndarray | None:
-        """A copy of the logits of output ``i`` (negative from the end), or None if invalid."""
+        """A copy of the logits of batch token ``i`` (negative: the i-th output from the end),
+        or None when that token has no logits (``llama_get_logits_ith``)."""
         ptr = lc.llama_get_logits_ith(self.ptr, i)
         if not ptr:
             return None

@@ -1,0 +1,203 @@
+"""The llama forward on the ~25M-parameter f32 fixture, side by side with llama.cpp.
+
+Two pairs, each measured on the reference (``subject``) and on llama.cpp (``peer``) over the
+same GGUF file, with the same thread count (``DC_BENCH_THREADS``, default: all cores):
+
+* ``model.prefill128``: 128 prompt tokens in one ubatch into an empty KV cache, logits of the
+  last token (llama.cpp: ``llama_decode`` of one 128-token batch);
+* ``model.decode128``: 128 single-token steps from an empty cache, logits every step
+  (llama.cpp: 128 ``llama_decode`` calls of one token).
+
+The reference runs :meth:`Model.forward_ubatch` over a preallocated float32 KV cache
+(:class:`BenchCache`); llama.cpp uses an F32 KV cache and no flash attention, the same math.
+Correctness is checked once, outside the timed code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.fixtures.gguf_models import FIXTURES, fixture_path, fixture_vocab, tensor_shapes
+from reference_impl.batch.types import Batch
+from reference_impl.model import Model
+from tools.bench.common import record
+
+N_TOKENS = 128
+CTX = 256
+FIXTURE = "bench25m"
+THREADS = int(os.environ.get("DC_BENCH_THREADS") or os.cpu_count() or 1)
+ROUNDS = int(os.environ.get("DC_BENCH_MODEL_ROUNDS", "5"))
+PARAMS = {"fixture": FIXTURE, "n_tokens": N_TOKENS, "threads": THREADS, "weights": "f32"}
+
+
+def _tokens() -> list[int]:
+    rng = np.random.default_rng(0)
+    return [1, *(int(t) for t in rng.integers(3, 508, N_TOKENS - 1))]
+
+
+class BenchCache:
+    """A preallocated single-sequence KV cache: cells ``[0, n)`` hold positions ``0..n-1``."""
+
+    def __init__(self, model: Model, size: int = CTX) -> None:
+        hp = model.hparams
+        shape = (size, hp.n_head_kv, hp.head_dim)
+        self.k = [torch.zeros(shape) for _ in range(hp.n_layer)]
+        self.v = [torch.zeros(shape) for _ in range(hp.n_layer)]
+        self.start = 0
+        self.end = 0
+        # decode masks: one query sees every filled cell
+        self.row_masks = [torch.zeros(1, n) for n in range(size + 1)]
+
+    def write(self, il: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k[il][self.start : self.end] = k
+        self.v[il][self.start : self.end] = v
+
+    def read(self, il: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[il][: self.end], self.v[il][: self.end]
+
+    def reset(self) -> None:
+        self.start = self.end = 0
+
+
+def reference_prefill(model: Model, cache: BenchCache, tokens: list[int]) -> torch.Tensor:
+    n = len(tokens)
+    cache.start, cache.end = 0, n
+    mask = torch.full((n, n), float("-inf")).triu_(1)
+    return model.forward_ubatch(
+        tokens=tokens,
+        positions=np.arange(n),
+        kv_write=cache.write,
+        kv_read=cache.read,
+        kq_mask=mask,
+        output_rows=[n - 1],
+    )
+
+
+def reference_decode(model: Model, cache: BenchCache, tokens: list[int]) -> torch.Tensor:
+    out = torch.empty(0)
+    for i, tok in enumerate(tokens):
+        cache.start, cache.end = i, i + 1
+        out = model.forward_ubatch(
+            tokens=[tok],
+            positions=[i],
+            kv_write=cache.write,
+            kv_read=cache.read,
+            kq_mask=cache.row_masks[i + 1],
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference() -> Iterator[tuple[Model, BenchCache]]:
+    previous = torch.get_num_threads()
+    model = Model.from_gguf(fixture_path(FIXTURE), n_threads=THREADS)
+    yield model, BenchCache(model)
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[Any]:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from conformance.targets.llamacpp_runtime import LlamaCppContext, LlamaCppModel
+
+    model = LlamaCppModel(fixture_path(FIXTURE))
+    ctx = LlamaCppContext(model, n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, n_threads=THREADS)
+    yield ctx
+    ctx.close()
+    model.close()
+
+
+def llama_prefill(ctx: Any, tokens: list[int]) -> np.ndarray:
+    ctx.memory_clear()
+    n = len(tokens)
+    batch = Batch.from_lists(
+        tokens, pos=list(range(n)), seq_ids=[[0]] * n, logits=[0] * (n - 1) + [1]
+    )
+    if ctx.decode(batch) != 0:
+        raise RuntimeError("llama_decode failed")
+    out = ctx.logits_ith(-1)
+    assert out is not None
+    return np.asarray(out)
+
+
+def llama_decode(ctx: Any, tokens: list[int]) -> np.ndarray:
+    ctx.memory_clear()
+    out = None
+    for i, tok in enumerate(tokens):
+        if ctx.decode(Batch.from_lists([tok], pos=[i], seq_ids=[[0]], logits=[1])) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = ctx.logits_ith(-1)
+    assert out is not None
+    return np.asarray(out)
+
+
+def _close(a: Any, b: Any) -> None:
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    assert np.sum((a - b) ** 2) / np.sum(a * a) < 1e-6
+
+
+def _record(benchmark: Any, pair: str, role: str) -> None:
+    record(
+        benchmark,
+        area="model",
+        work=N_TOKENS,
+        unit="tokens",
+        params={**PARAMS, "n_params": _n_params()},
+        pair=pair,
+        role=role,
+        peer="llama.cpp" if role == "peer" else None,
+    )
+
+
+def _n_params() -> int:
+    shapes = tensor_shapes(FIXTURES[FIXTURE], len(fixture_vocab()[0]))
+    return sum(int(np.prod(s)) for s in shapes.values())
+
+
+def test_prefill128_reference(benchmark: Any, reference: tuple[Model, BenchCache]) -> None:
+    model, cache = reference
+    tokens = _tokens()
+    _close(
+        model.forward(tokens, output_rows=[N_TOKENS - 1]), reference_prefill(model, cache, tokens)
+    )
+    benchmark.pedantic(
+        reference_prefill, args=(model, cache, tokens), rounds=ROUNDS, warmup_rounds=1
+    )
+    _record(benchmark, "model.prefill128", "subject")
+
+
+def test_prefill128_llamacpp(
+    benchmark: Any, llama: Any, reference: tuple[Model, BenchCache]
+) -> None:
+    tokens = _tokens()
+    _close(reference[0].forward(tokens, output_rows=[N_TOKENS - 1]), llama_prefill(llama, tokens))
+    benchmark.pedantic(llama_prefill, args=(llama, tokens), rounds=ROUNDS, warmup_rounds=1)
+    _record(benchmark, "model.prefill128", "peer")
+
+
+def test_decode128_reference(benchmark: Any, reference: tuple[Model, BenchCache]) -> None:
+    model, cache = reference
+    tokens = _tokens()
+    _close(
+        model.forward(tokens, output_rows=[N_TOKENS - 1]), reference_decode(model, cache, tokens)
+    )
+    benchmark.pedantic(
+        reference_decode, args=(model, cache, tokens), rounds=ROUNDS, warmup_rounds=1
+    )
+    _record(benchmark, "model.decode128", "subject")
+
+
+def test_decode128_llamacpp(
+    benchmark: Any, llama: Any, reference: tuple[Model, BenchCache]
+) -> None:
+    tokens = _tokens()
+    _close(reference[0].forward(tokens, output_rows=[N_TOKENS - 1]), llama_decode(llama, tokens))
+    benchmark.pedantic(llama_decode, args=(llama, tokens), rounds=ROUNDS, warmup_rounds=1)
+    _record(benchmark, "model.decode128", "peer")
