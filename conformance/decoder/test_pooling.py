@@ -29,7 +29,7 @@ def token_embeddings(new_ctx: Callable[..., Any], n_ubatch: int = 16) -> np.ndar
     return np.stack([ctx.get_embeddings_ith(i) for i in range(len(TOKENS))])
 
 
-def pooled(new_ctx: Callable[..., Any], pooling: int, n_ubatch: int = 16) -> Any:
+def pooled(new_ctx: Callable[..., Any], pooling: int, n_ubatch: int = 15) -> Any:
     ctx = new_ctx(
         n_batch=16,
         n_ubatch=n_ubatch,
@@ -91,7 +91,9 @@ def test_cls_pooling_takes_the_smallest_position_first_token(new_ctx: Callable[.
 @pytest.mark.invariant("OUT-027")
 def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
-    tie = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True, embeddings=True, pooling=LAST)
+    tie = new_ctx(
+        n_batch=16, n_ubatch=15, n_seq_max=3, kv_unified=True, embeddings=True, pooling=LAST
+    )
     # sequence 0 ends with two tokens at position 2: the later one (index 9) wins
     assert tie.decode(batch(TOKENS, seqs=SEQS, pos=POS)) == 0
     for s, row in [(0, 9), (1, 7), (2, 7)]:
@@ -146,3 +148,20 @@ def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> No
     with pytest.raises(Exception) as exc:
         ctx2.seq_output_rows(2)
     assert getattr(exc.value, "code", None) == "OUT_NO_SEQ_ROW"
+
+
+@pytest.mark.invariant("DEC-057")
+@pytest.mark.parametrize(("n_seq_max", "n_ubatch"), [(3, 16), (5, 16), (2, 16)])
+def test_pooled_context_for_any_n_ubatch(
+    new_ctx: Callable[..., Any], n_seq_max: int, n_ubatch: int
+) -> None:
+    ctx = new_ctx(
+        n_batch=16,
+        n_ubatch=n_ubatch,
+        n_seq_max=n_seq_max,
+        kv_unified=True,
+        embeddings=True,
+        pooling=MEAN,
+    )
+    assert ctx.decode(batch(prompt(3), seqs=[[0], [0], [1]], pos=[0, 1, 0])) == 0
+    assert ctx.get_embeddings_seq(1).shape == (64,)

@@ -157,13 +157,11 @@ def test_context_limit_finishes_a_sequence(make_gen: Callable[..., Generator]) -
 @pytest.mark.requires("decode.abort")
 def test_failed_decode_ends_generation_with_its_code(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=1)
-    calls = {"n": 0}
 
-    def abort_on_third_ubatch() -> bool:
-        calls["n"] += 1
-        return calls["n"] == 3
+    def abort_at_position_5() -> bool:  # the second decode step feeds position 5
+        return bool(gen.ctx.seq_pos_max(0) == 5)
 
-    gen.ctx.set_abort_callback(abort_on_third_ubatch)
+    gen.ctx.set_abort_callback(abort_at_position_5)
     with pytest.raises(GeneratorError) as exc:
         run(gen, prompts=[prompt(4)], max_tokens=8)
     assert exc.value.code == "GEN_DECODE_FAILED"
