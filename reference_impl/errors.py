@@ -9,6 +9,9 @@ The public ``Context`` maps these to llama_decode's integer return codes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class EngineError(Exception):
     """Base class: a typed, structured failure of the reference engine."""
@@ -68,3 +71,21 @@ class KernelError(EngineError):
 
 class SamplingError(EngineError):
     """Invalid sampler parameters or candidate arrays."""
+
+
+class DecoderError(EngineError):
+    """A decode that cannot proceed (codes DEC_*): oversized batch, no slot, failed compute..."""
+
+
+class GeneratorError(EngineError):
+    """An invalid generation request or a failed decode during generation (codes GEN_*).
+
+    A failed decode carries the trace up to and including the failed call and its code."""
+
+    trace: list[Any] | None = None
+    decode_code: int | None = None
+
+    def with_trace(self, trace: Sequence[Any], code: int) -> GeneratorError:
+        self.trace = list(trace)
+        self.decode_code = code
+        return self

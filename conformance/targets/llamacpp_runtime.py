@@ -238,6 +238,8 @@ class LlamaCppContext:
         embeddings: bool = False,
         kv_unified: bool = False,
         n_outputs_max: int = 0,
+        pooling: int = -1,
+        attention_type: int = -1,
     ) -> None:
         self.model = model
         threads = n_threads or os.cpu_count() or 1
@@ -253,6 +255,8 @@ class LlamaCppContext:
         p.flash_attn_type = FLASH_ATTN[flash_attn]
         p.embeddings = embeddings
         p.kv_unified = kv_unified
+        p.pooling_type = pooling
+        p.attention_type = attention_type
         p.no_perf = True
         if hasattr(p, "n_outputs_max"):
             p.n_outputs_max = n_outputs_max

@@ -93,7 +93,7 @@ class OutputBuffers:
             j = self.n_outputs + i
             if j < 0:
                 raise OutputError(
-                    "OUT_NEG_INDEX",
+                    "OUT_NEGATIVE_RANGE",
                     f"negative index {i} out of range [0, {self.n_outputs})",
                     index=i,
                 )
@@ -104,7 +104,7 @@ class OutputBuffers:
             )
         j = int(self.output_ids[i])
         if j < 0:
-            raise OutputError("OUT_NOT_REQUESTED", f"batch.logits[{i}] != true", index=i)
+            raise OutputError("OUT_NOT_OUTPUT", f"batch.logits[{i}] != true", index=i)
         if j >= self.n_outputs:
             raise OutputError(
                 "OUT_CORRUPT", f"corrupt output buffer (row {j} >= {self.n_outputs})", index=i

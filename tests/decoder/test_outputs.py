@@ -58,7 +58,7 @@ def test_resolve_row_errors() -> None:
     ob.reserve(2)
     ob.finalize([2, 5])
     assert ob.resolve_row(-1) == 1 and ob.resolve_row(-2) == 0
-    for i, code in [(-3, "OUT_NEG_INDEX"), (8, "OUT_INDEX_RANGE"), (0, "OUT_NOT_REQUESTED")]:
+    for i, code in [(-3, "OUT_NEGATIVE_RANGE"), (8, "OUT_INDEX_RANGE"), (0, "OUT_NOT_OUTPUT")]:
         with pytest.raises(OutputError) as exc:
             ob.resolve_row(i)
         assert exc.value.code == code and exc.value.index == i

@@ -1,0 +1,271 @@
+"""Decode-phase semantics (seed 002) checked on generation traces and differential runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conformance.decoder.helpers import batch, nmse, prompt
+from reference_impl.generator import GenerationRequest, GenerationResult, Generator
+
+pytestmark = pytest.mark.requires("decode.logits", "decode.memory_ops")
+
+F32 = 1e-9  # NMSE bound of the f32 tolerance class (decode_phase.md D1)
+PROMPTS = [prompt(5), prompt(8, start=21), prompt(3, start=60), prompt(6, start=99)]
+LIMITS = [6, 3, 8, 5]
+
+
+def generate(
+    gen: Generator, prompts: list[list[int]] = PROMPTS, limits: list[int] = LIMITS, **kw: Any
+) -> GenerationResult:
+    return gen.generate(GenerationRequest(prompts=prompts, max_tokens=limits, use_eos=False, **kw))
+
+
+def decode_steps(res: GenerationResult) -> list[Any]:
+    return [s for s in res.trace if s.phase == "decode"]
+
+
+@pytest.fixture
+def batched(make_gen: Callable[..., Generator]) -> tuple[Generator, GenerationResult]:
+    gen = make_gen(n_seq_max=4)
+    return gen, generate(gen)
+
+
+@pytest.mark.invariant("PHASE-001", "PHASE-002", "PHASE-018", "PHASE-019")
+def test_one_token_per_active_sequence_fed_back_in_order(
+    batched: tuple[Generator, GenerationResult],
+) -> None:
+    _, res = batched
+    prev = next(s for s in res.trace if s.phase == "prefill")
+    last_pos = {s: len(PROMPTS[s]) - 1 for s in range(4)}
+    left: set[int] = set()
+    for st in decode_steps(res):
+        assert sorted(st.chosen) == st.active  # exactly the active sequences, one token each
+        assert set(st.active) <= set(prev.active) and not (set(st.active) & left)
+        for s in st.active:
+            assert st.fed[s] == [(prev.chosen[s], last_pos[s] + 1)]
+            last_pos[s] += 1
+        left |= set(prev.active) - set(st.active)
+        for s in set(prev.active) - set(st.active):
+            assert s in prev.finished  # leaves exactly after the step that finished it
+        prev = st
+
+
+@pytest.mark.invariant("PHASE-003", "PHASE-004", "PHASE-006")
+@pytest.mark.requires("decode.introspection")
+def test_each_step_is_one_call_one_ubatch_all_layers_in_order(
+    make_gen: Callable[..., Generator],
+) -> None:
+    gen = make_gen(n_seq_max=4, trace=True)
+    res = generate(gen)
+    n_layer = 3
+    calls = gen.ctx.trace.calls
+    steps = decode_steps(res)
+    first_call = calls - len(steps)
+    for k, st in enumerate(steps):
+        assert len(st.calls) == 1 and st.calls[0]["n_tokens"] == len(st.active)
+        kinds = gen.ctx.trace.kinds(first_call + k)
+        assert kinds.count("apply") == 1  # one ubatch
+        layers = [
+            e.data["layer"] for e in gen.ctx.trace.of_call(first_call + k) if e.kind == "kv_write"
+        ]
+        assert layers == list(range(n_layer))
+        assert kinds[-1] == "done" and kinds.index("done") > max(
+            i for i, x in enumerate(kinds) if x == "kv_write"
+        )
+
+
+@pytest.mark.invariant("PHASE-005", "PHASE-013")
+def test_steps_do_not_overlap_and_commit_one_entry(
+    batched: tuple[Generator, GenerationResult],
+) -> None:
+    _, res = batched
+    seq = [s.seq_no for s in res.trace]
+    assert seq == sorted(seq)
+    steps = [s for s in res.trace if s.phase in ("prefill", "decode")]
+    for a, b in pairwise(steps):
+        assert a.kv_after == b.kv_before
+    for st in decode_steps(res):
+        for s in st.active:
+            ((_, p),) = st.fed[s]
+            assert st.kv_before[s][1] == p - 1 and st.kv_after[s][1] == p
+
+
+@pytest.mark.invariant("PHASE-007")
+def test_selection_reads_the_steps_logits_row(batched: tuple[Generator, GenerationResult]) -> None:
+    gen, res = batched
+    for st in decode_steps(res):
+        for s in st.active:
+            row = np.asarray(st.logits[s])
+            assert st.chosen[s] == int(np.argmax(row))
+    last = decode_steps(res)[-1]
+    for k, s in enumerate(last.active):
+        assert np.array_equal(
+            np.asarray(gen.ctx.get_logits_ith(k)), np.asarray(last.logits[s], dtype=np.float32)
+        )
+
+
+@pytest.mark.invariant("PHASE-008", "PHASE-009", "PHASE-011", "PHASE-020")
+def test_each_step_reads_the_full_history_and_adds_one_entry(
+    batched: tuple[Generator, GenerationResult], new_ctx: Callable[..., Any]
+) -> None:
+    _, res = batched
+    history = {
+        s: [t for t, _ in next(x for x in res.trace if x.phase == "prefill").fed[s]]
+        for s in range(4)
+    }
+    for st in decode_steps(res)[:4]:
+        total_before = sum(hi - lo + 1 for lo, hi in st.kv_before.values() if hi >= 0)
+        total_after = sum(hi - lo + 1 for lo, hi in st.kv_after.values() if hi >= 0)
+        assert total_after == total_before + len(st.active)
+        for s in st.active:
+            ((tok, p),) = st.fed[s]
+            assert st.kv_before[s] == (0, p - 1) and st.kv_after[s] == (0, p)
+            history[s].append(tok)
+            fresh = new_ctx(n_batch=32)
+            assert fresh.decode(batch(history[s])) == 0
+            assert nmse(fresh.get_logits_ith(-1), np.asarray(st.logits[s])) < F32
+
+
+@pytest.mark.invariant("PHASE-011", "PHASE-020")
+@pytest.mark.requires("decode.introspection")
+def test_each_step_adds_exactly_one_cell_per_active_sequence(
+    make_gen: Callable[..., Generator],
+) -> None:
+    gen = make_gen(n_seq_max=4)
+    ctx = gen.ctx
+    used: list[int] = []
+    inner_decode = ctx.decode
+
+    def counting_decode(b: Any) -> int:
+        code = inner_decode(b)
+        used.append(ctx.memory.get_used())
+        return code
+
+    ctx.decode = counting_decode
+    res = generate(gen)
+    steps = decode_steps(res)
+    n_prefill_calls = len(next(s for s in res.trace if s.phase == "prefill").calls)
+    after_steps = used[n_prefill_calls:]
+    before = used[n_prefill_calls - 1]
+    for st, u in zip(steps, after_steps):
+        assert u == before + len(st.active)
+        before = u
+
+
+@pytest.mark.invariant("PHASE-010")
+@pytest.mark.requires("decode.introspection")
+def test_attention_never_reads_another_sequences_entries(
+    make_gen: Callable[..., Generator],
+) -> None:
+    from reference_impl.kv import mask as kv_mask
+
+    gen = make_gen(n_seq_max=4, trace=True)
+    generate(gen, limits=[3, 3, 3, 3])
+    ctx = gen.ctx
+    # a step-like ubatch: one token per sequence, positions continuing each sequence
+    pos = [ctx.seq_pos_max(s) + 1 for s in range(4)]
+    assert ctx.decode(batch(prompt(4), seqs=[[0], [1], [2], [3]], pos=pos)) == 0
+    ub_cells = ctx.memory.cells[0]
+    from reference_impl.batch import sanitize as san
+    from reference_impl.batch.split import BatchSplitter
+
+    sb = san.sanitize(
+        batch(prompt(4), seqs=[[0], [1], [2], [3]], pos=[p + 1 for p in pos]),
+        n_vocab=508,
+        n_seq_max=4,
+    )
+    ub = BatchSplitter(sb).split_simple(4)
+    m = kv_mask.build_kq_mask(ctx.memory, ub, 256)[0].numpy()
+    for i in range(4):
+        open_cells = set(np.flatnonzero(m[i] == 0).tolist())
+        assert open_cells and open_cells <= set(ub_cells.seq_cells(i))
+
+
+@pytest.mark.invariant("PHASE-012")
+@pytest.mark.requires("decode.introspection")
+def test_cached_kv_equals_a_single_batch_prefill(
+    batched: tuple[Generator, GenerationResult], new_ctx: Callable[..., Any]
+) -> None:
+    gen, res = batched
+    ctx = gen.ctx
+    for s in (0, 2):
+        fed = sorted((p, t) for st in res.trace for t, p in st.fed.get(s, []))
+        fresh = new_ctx(n_batch=64)
+        assert fresh.decode(batch([t for _, t in fed])) == 0
+        cells = ctx.memory.cells[0]
+        for layer in range(3):
+            got_k, got_v, ref_k, ref_v = [], [], [], []
+            for p, _ in fed:
+                c = next(c for c in cells.seq_cells(s) if int(cells.pos[c]) == p)
+                got_k.append(ctx.memory.k[layer][0, c].numpy())
+                got_v.append(ctx.memory.v[layer][0, c].numpy())
+                ref_k.append(fresh.memory.k[layer][0, p].numpy())
+                ref_v.append(fresh.memory.v[layer][0, p].numpy())
+            assert nmse(np.stack(ref_k), np.stack(got_k)) < F32
+            assert nmse(np.stack(ref_v), np.stack(got_v)) < F32
+
+
+@pytest.mark.invariant("PHASE-014", "PHASE-021")
+@pytest.mark.requires("decode.introspection")
+def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., Generator]) -> None:
+    gen = make_gen(n_seq_max=4)
+    res = generate(gen)
+    ctx = gen.ctx
+    finished_at = {s: max(st.step for st in res.trace if s in st.chosen) for s in range(4)}
+    assert len(set(finished_at.values())) > 1
+    # replay: every fed position was fed once and they increase by one per step
+    for s in range(4):
+        ps = [p for st in res.trace for _, p in st.fed.get(s, [])]
+        assert ps == list(range(len(ps)))
+    snap = {s: (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) for s in range(4)}
+    k0 = ctx.memory.k[0].clone()
+    # a further step on sequence 3 only leaves the others' entries bit-identical
+    assert ctx.decode(batch([7], seqs=[[3]], pos=[snap[3][1] + 1])) == 0
+    cells = ctx.memory.cells[0]
+    for s in range(3):
+        assert (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) == snap[s]
+        for c in cells.seq_cells(s):
+            assert np.array_equal(k0[0, c].numpy(), ctx.memory.k[0][0, c].numpy())
+
+
+@pytest.mark.invariant("PHASE-015", "PHASE-016")
+def test_a_sequence_decodes_the_same_alone_or_batched(
+    make_gen: Callable[..., Generator], batched: tuple[Generator, GenerationResult]
+) -> None:
+    _, res = batched
+    for s in range(4):
+        alone = generate(make_gen(n_seq_max=1), prompts=[PROMPTS[s]], limits=[LIMITS[s]])
+        assert alone.tokens[0] == res.tokens[s]
+        rows_b = [np.asarray(st.logits[s]) for st in res.trace if s in st.logits]
+        rows_a = [np.asarray(st.logits[0]) for st in alone.trace if 0 in st.logits]
+        assert len(rows_a) == len(rows_b)
+        for a, b in zip(rows_a, rows_b):
+            assert nmse(a, b) < F32
+
+
+@pytest.mark.invariant("PHASE-017")
+def test_batch_composition_does_not_change_a_sequence(
+    make_gen: Callable[..., Generator], batched: tuple[Generator, GenerationResult]
+) -> None:
+    _, res = batched
+    order = [3, 1, 0, 2]  # reordered and renumbered: new seq k runs old prompt order[k]
+    shuffled = generate(
+        make_gen(n_seq_max=4),
+        prompts=[PROMPTS[k] for k in order],
+        limits=[LIMITS[k] for k in order],
+    )
+    for new, old in enumerate(order):
+        assert shuffled.tokens[new] == res.tokens[old]
+    extra = generate(
+        make_gen(n_seq_max=4),
+        prompts=[PROMPTS[0], prompt(9, start=3), prompt(4, start=7)],
+        limits=[LIMITS[0], 4, 4],
+    )
+    a = [np.asarray(st.logits[0]) for st in res.trace if 0 in st.logits]
+    b = [np.asarray(st.logits[0]) for st in extra.trace if 0 in st.logits]
+    assert all(nmse(x, y) < F32 for x, y in zip(a, b))

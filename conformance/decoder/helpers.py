@@ -1,0 +1,53 @@
+"""Small helpers shared by the decoder-area tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from reference_impl.batch.types import Batch
+
+RETURN_CODES = (0, 1, 2, -1, -2, -3)
+
+
+def nmse(ref: np.ndarray, got: np.ndarray) -> float:
+    """llama.cpp's normalized MSE: sum((a - b)^2) / sum(a^2), a = reference."""
+    ref = np.asarray(ref, dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    return float(((ref - got) ** 2).sum() / max((ref**2).sum(), 1e-300))
+
+
+def batch(
+    tokens: Sequence[int],
+    *,
+    seqs: Sequence[Iterable[int]] | None = None,
+    pos: Sequence[int] | None = None,
+    out: Sequence[int] | None = None,
+    all_out: bool = False,
+) -> Batch:
+    logits = [1] * len(tokens) if all_out else out
+    return Batch.from_lists(list(tokens), pos=pos, seq_ids=seqs, logits=logits)
+
+
+def invalid(call: Callable[[], Any]) -> bool:
+    """True iff the accessor call raises (an invalid output request)."""
+    try:
+        call()
+    except Exception:
+        return True
+    return False
+
+
+def memory_view(ctx: Any, seqs: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+    """``(seq_pos_min, seq_pos_max)`` per sequence; by default every valid sequence id up to 4
+    (llama.cpp aborts on a sequence id outside the context's streams)."""
+    if seqs is None:
+        seqs = range(min(4, ctx.n_seq_max()))
+    return {s: (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) for s in seqs}
+
+
+def prompt(n: int, start: int = 3, stride: int = 7, n_vocab: int = 500) -> list[int]:
+    """A deterministic token list (ids spread over the vocabulary, none special)."""
+    return [(start + stride * i) % (n_vocab - 3) + 3 for i in range(n)]

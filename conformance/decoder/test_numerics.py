@@ -1,0 +1,50 @@
+"""Numerical agreement of cached decoding with full recomputation (DEC-055, DEC-056)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conformance.decoder.helpers import batch, nmse, prompt
+
+pytestmark = pytest.mark.requires("decode.logits")
+
+
+@pytest.mark.invariant("DEC-055")
+@pytest.mark.parametrize("model", ["mha", "gqa", "tied", "q8"])
+def test_prefill_then_decode_equals_full_recomputation(
+    new_ctx: Callable[..., Any], model: str
+) -> None:
+    toks = prompt(24)
+    full = new_ctx(model, n_batch=32)
+    assert full.decode(batch(toks, all_out=True)) == 0
+    ref = full.get_logits()
+    ctx = new_ctx(model, n_batch=32)
+    assert ctx.decode(batch(toks[:16])) == 0
+    assert nmse(ref[15], ctx.get_logits_ith(-1)) < 1e-9
+    for j in range(16, 24):
+        assert ctx.decode(batch([toks[j]])) == 0
+        assert nmse(ref[j], ctx.get_logits_ith(0)) < 1e-9
+
+
+@pytest.mark.invariant("DEC-056")
+@pytest.mark.parametrize(("n_ubatch", "unified"), [(1, True), (3, True), (7, False), (32, False)])
+def test_logits_do_not_depend_on_the_split(
+    new_ctx: Callable[..., Any], n_ubatch: int, unified: bool
+) -> None:
+    n = 18
+    toks = prompt(n)
+    seqs = [[i % 3] for i in range(n)]
+    pos = [i // 3 for i in range(n)]
+    b = batch(toks, seqs=seqs, pos=pos, all_out=True)
+    one = new_ctx(n_ctx=256, n_batch=32, n_ubatch=32, n_seq_max=3, kv_unified=True)
+    assert one.decode(b) == 0
+    ctx = new_ctx(n_ctx=768, n_batch=32, n_ubatch=n_ubatch, n_seq_max=3, kv_unified=unified)
+    assert ctx.decode(b) == 0
+    assert ctx.get_logits().shape == one.get_logits().shape
+    for i in range(n):
+        assert nmse(one.get_logits_ith(i), ctx.get_logits_ith(i)) < 1e-9
+    assert not np.array_equal(one.get_logits_ith(0), one.get_logits_ith(3))  # rows differ

@@ -1,0 +1,107 @@
+"""Context parameters: what a context derives from the requested values (DEC-001 .. DEC-010)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conformance.decoder.helpers import batch, invalid, prompt
+
+pytestmark = pytest.mark.requires("decode.logits")
+
+N_CTX_TRAIN = 256  # of the fixture models
+
+
+@pytest.mark.invariant("DEC-001", "DEC-010")
+def test_n_seq_max_is_at_least_one_and_at_most_256(new_ctx: Callable[..., Any]) -> None:
+    assert new_ctx(n_seq_max=0).n_seq_max() == 1
+    assert new_ctx(n_seq_max=256, kv_unified=True).n_seq_max() == 256
+    with pytest.raises(Exception):  # noqa: B017 - any engine error: no context is returned
+        new_ctx(n_seq_max=257)
+
+
+@pytest.mark.invariant("DEC-002", "DEC-010")
+@pytest.mark.parametrize(
+    ("requested", "expected"), [(300, 512), (512, 512), (1, 256), (0, N_CTX_TRAIN)]
+)
+def test_n_ctx_is_rounded_up_to_256(
+    new_ctx: Callable[..., Any], requested: int, expected: int
+) -> None:
+    ctx = new_ctx(n_ctx=requested, n_batch=64)
+    assert ctx.n_ctx() == expected
+
+
+@pytest.mark.invariant("DEC-004", "DEC-010")
+def test_causal_n_batch_is_capped_by_the_unpadded_n_ctx(new_ctx: Callable[..., Any]) -> None:
+    ctx = new_ctx(n_ctx=300, n_batch=1000, n_ubatch=64)
+    assert ctx.n_batch() == 300
+    assert new_ctx(n_ctx=300, n_batch=100, n_ubatch=64).n_batch() == 100
+    assert new_ctx(n_ctx=0, n_batch=1000, n_ubatch=64).n_batch() == N_CTX_TRAIN
+
+
+@pytest.mark.invariant("DEC-004", "DEC-003")
+def test_non_causal_n_batch_is_the_request(new_ctx: Callable[..., Any]) -> None:
+    assert new_ctx(n_ctx=300, n_batch=1000, n_ubatch=64, attention_type=1).n_batch() == 1000
+
+
+@pytest.mark.invariant("DEC-005", "DEC-010")
+def test_n_ubatch_derivation(new_ctx: Callable[..., Any]) -> None:
+    assert new_ctx(n_ctx=256, n_batch=100, n_ubatch=0).n_ubatch() == 100
+    assert new_ctx(n_ctx=256, n_batch=100, n_ubatch=300).n_ubatch() == 100
+    assert new_ctx(n_ctx=256, n_batch=100, n_ubatch=32).n_ubatch() == 32
+    # n_ubatch = 0 means the *requested* n_batch, then capped by the derived one
+    assert new_ctx(n_ctx=128, n_batch=1000, n_ubatch=0).n_ubatch() == 128
+
+
+@pytest.mark.invariant("DEC-007", "DEC-010")
+def test_n_ctx_split_among_sequences_can_grow(new_ctx: Callable[..., Any]) -> None:
+    ctx = new_ctx(n_ctx=512, n_batch=64, n_seq_max=3)
+    assert (ctx.n_ctx_seq(), ctx.n_ctx()) == (256, 768)
+    unified = new_ctx(n_ctx=512, n_batch=64, n_seq_max=3, kv_unified=True)
+    assert (unified.n_ctx_seq(), unified.n_ctx()) == (512, 512)
+    assert new_ctx(n_ctx=1024, n_batch=64, n_seq_max=2).n_ctx_seq() == 512
+
+
+@pytest.mark.invariant("DEC-009", "DEC-010")
+def test_default_parameters(target: Any, load: Callable[[str], Any]) -> None:
+    ctx = target.new_context(load("gqa"))
+    try:
+        assert ctx.n_ctx() == 512
+        assert ctx.n_batch() == 512  # min(n_ctx 512, n_batch 2048)
+        assert ctx.n_ubatch() == 512
+        assert ctx.n_seq_max() == 1
+        # embeddings off by default: no per-token embeddings
+        assert invalid(lambda: ctx.get_embeddings_ith(0))
+    finally:
+        close = getattr(ctx, "close", None)
+        if close:
+            close()
+
+
+@pytest.mark.invariant("DEC-003")
+def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:
+    """Under causal attention a token's logits ignore later tokens; non-causally they do not."""
+    a = prompt(6)
+    b = [*a[:-1], (a[-1] + 11) % 400 + 3]
+
+    def first_row(attention_type: int, toks: list[int]) -> np.ndarray:
+        ctx = new_ctx(n_ctx=256, n_batch=16, n_ubatch=16, attention_type=attention_type)
+        assert ctx.decode(batch(toks, all_out=True)) == 0
+        return ctx.get_logits_ith(0)
+
+    assert np.array_equal(first_row(0, a), first_row(0, b))
+    assert not np.allclose(first_row(1, a), first_row(1, b))
+    # UNSPECIFIED follows the model (llama: causal)
+    assert np.array_equal(first_row(-1, a), first_row(-1, b))
+
+
+@pytest.mark.invariant("DEC-008")
+@pytest.mark.requires("decode.embeddings")
+def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., Any]) -> None:
+    ctx = new_ctx(n_batch=16, embeddings=True, pooling=-1)
+    assert ctx.decode(batch(prompt(4))) == 0
+    assert ctx.get_embeddings_ith(0).shape[-1] > 0  # per-token embeddings: pooling NONE
+    assert invalid(lambda: ctx.get_embeddings_seq(0))

@@ -1,0 +1,328 @@
+"""Decoder, generator and decode-phase mutants: one deliberate defect each (see tests/meta)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.mutants import Mutant, replace
+
+
+def _outputs_not_reordered(target: Any) -> Any:
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    def reorder(self: OutputBuffers) -> None:
+        self.swaps.clear()  # rows stay in emission order
+
+    OutputBuffers.reorder = reorder  # type: ignore[method-assign]
+    return target
+
+
+def _mapping_without_sort(target: Any) -> Any:
+    """Rows stay in emission order and output_ids points at them: _ith is right, the whole
+    buffer (get_logits) is not in batch order."""
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    def finalize(self: OutputBuffers, out_ids: Any) -> None:
+        order = [int(i) for i in out_ids]
+        self.n_outputs = len(order)
+        for k, b in enumerate(order):
+            self.output_ids[b] = k
+        self.swaps = []
+
+    OutputBuffers.finalize = finalize  # type: ignore[method-assign]
+    return target
+
+
+def _negative_index_is_a_batch_index(target: Any) -> Any:
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    original = OutputBuffers.resolve_row
+
+    def resolve_row(self: OutputBuffers, i: int) -> int:
+        if i < 0:
+            i = len(self.output_ids) + i
+        return original(self, i)
+
+    OutputBuffers.resolve_row = resolve_row  # type: ignore[method-assign]
+    return target
+
+
+def _no_rollback(target: Any) -> Any:
+    from reference_impl.memory import status as mstatus
+    from reference_impl.memory.coordinator import MemoryCoordinator
+
+    def ubatch_failed(self: MemoryCoordinator, ubatch: Any, status: Any) -> int:
+        return mstatus.ubatch_failure_decode_code(status)
+
+    MemoryCoordinator.ubatch_failed = ubatch_failed  # type: ignore[method-assign]
+    return target
+
+
+def _no_memory_update(target: Any) -> Any:
+    from reference_impl.memory.coordinator import MemoryCoordinator
+
+    original = MemoryCoordinator.update
+
+    def update(self: MemoryCoordinator, optimize: bool) -> bool:
+        if not optimize:
+            return False  # pending shifts are never applied before placing a batch
+        return original(self, optimize)
+
+    MemoryCoordinator.update = update  # type: ignore[method-assign]
+    return target
+
+
+def _n_ctx_not_padded(target: Any) -> Any:
+    from reference_impl.decoder import params
+
+    replace("reference_impl.decoder.params", "pad", lambda x, n=256: x)
+    assert params.pad(300) == 300
+    return target
+
+
+def _plans_never_reused(target: Any) -> Any:
+    from reference_impl.decoder.graph import GraphScheduler
+
+    original = GraphScheduler.plan_for
+
+    def plan_for(self: GraphScheduler, *a: Any, **kw: Any) -> Any:
+        self.plan = None
+        return original(self, *a, **kw)
+
+    GraphScheduler.plan_for = plan_for  # type: ignore[method-assign]
+    return target
+
+
+def _mean_over_ubatch(target: Any) -> Any:
+    """MEAN pooling divides by the ubatch's token count, not the sequence's."""
+    from reference_impl.decoder import pooling
+
+    def pool_mean(hidden: np.ndarray, ub: Any) -> dict[int, np.ndarray]:
+        out = {}
+        for s in (int(x) for x in ub.seq_id_unq):
+            rows = [i for i in range(ub.n_tokens) if s in ub.seq_ids_of(i)]
+            out[s] = (hidden[rows].astype(np.float64).sum(axis=0) / ub.n_tokens).astype(np.float32)
+        return out
+
+    pooling.POOLERS[pooling.PoolingType.MEAN] = pool_mean
+    return target
+
+
+def _cls_ties_take_the_last(target: Any) -> Any:
+    from reference_impl.decoder import pooling
+
+    pooling.POOLERS[pooling.PoolingType.CLS] = lambda h, ub: {
+        s: h[i].astype(np.float32) for s, i in sorted(_rows(ub, lambda p, best: p <= best).items())
+    }
+    return target
+
+
+def _rows(ub: Any, better: Any) -> dict[int, int]:
+    best: dict[int, int] = {}
+    row: dict[int, int] = {}
+    for i in range(ub.n_tokens):
+        p = ub.pos_of(i)
+        for s in ub.seq_ids_of(i):
+            if s not in best or better(p, best[s]):
+                best[s], row[s] = p, i
+    return row
+
+
+def _kv_written_twice(target: Any) -> Any:
+    """Every ubatch is placed in the memory twice (a second copy of each entry)."""
+    from reference_impl.memory.kv import KVBatchContext
+
+    original = KVBatchContext.apply
+
+    def apply(self: KVBatchContext) -> bool:
+        ok = original(self)
+        ub = self.get_ubatch()
+        extra = self.cache.find_slot(ub)
+        if extra is not None:
+            self.cache.apply_ubatch(extra, ub)
+        return ok
+
+    KVBatchContext.apply = apply  # type: ignore[method-assign]
+    return target
+
+
+def _outputs_dropped_before_validation(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+
+    original = Context._decode
+
+    def _decode(self: Context, batch: Any) -> int:
+        self.outputs.n_outputs = 0
+        self.outputs.output_ids.fill(-1)
+        return original(self, batch)
+
+    Context._decode = _decode  # type: ignore[method-assign]
+    return target
+
+
+def _stop_token_returned(target: Any) -> Any:
+    from reference_impl.generator import Generator
+
+    original = Generator._advance
+
+    def _advance(
+        self: Generator,
+        active: Any,
+        nxt: Any,
+        tokens: Any,
+        reasons: Any,
+        limits: Any,
+        stops: Any,
+        pos: Any,
+        st: Any,
+    ) -> Any:
+        for s in active:
+            if nxt[s] in stops:
+                tokens[s].append(nxt[s])
+        return original(self, active, nxt, tokens, reasons, limits, stops, pos, st)
+
+    Generator._advance = _advance  # type: ignore[method-assign]
+    return target
+
+
+def _generator_skips_memory_clear(target: Any) -> Any:
+    from reference_impl.generator import Generator
+
+    original = Generator.generate
+
+    def generate(self: Generator, req: Any) -> Any:
+        inner = self.ctx.seq_rm
+        self.ctx.seq_rm = lambda *a: True
+        try:
+            return original(self, req)
+        finally:
+            self.ctx.seq_rm = inner
+
+    Generator.generate = generate  # type: ignore[method-assign]
+    return target
+
+
+def _batched_attends_everything(target: Any) -> Any:
+    """Attention ignores sequence membership: a batched sequence sees its neighbours."""
+    from reference_impl.decoder import ubatch_executor
+
+    original = ubatch_executor.stream_mask
+
+    def stream_mask(cache: Any, ub: Any, n_kv: int, causal: bool) -> Any:
+        mask, groups = original(cache, ub, n_kv, causal)
+        cells = cache.cells[0]
+        occupied = np.flatnonzero(cells.pos[:n_kv] >= 0)
+        if groups == 1:
+            mask = mask.clone()
+            pos = np.asarray(ub.pos[: ub.n_tokens])
+            for i in range(ub.n_tokens):
+                ok = [c for c in occupied if cells.pos[c] <= pos[i]]
+                mask[i, [int(c) for c in ok]] = 0.0
+        return mask, groups
+
+    ubatch_executor.stream_mask = stream_mask
+    return target
+
+
+MUTANTS = [
+    Mutant(
+        "dec-outputs-not-reordered",
+        "decoder",
+        "pending swaps are dropped instead of applied, so rows stay in emission order",
+        ("OUT-010", "OUT-005"),
+        _outputs_not_reordered,
+    ),
+    Mutant(
+        "dec-mapping-without-sort",
+        "decoder",
+        "the output mapping points at emission-order rows and records no swaps",
+        ("OUT-007", "OUT-010"),
+        _mapping_without_sort,
+    ),
+    Mutant(
+        "dec-negative-index-as-batch-index",
+        "decoder",
+        "get_logits_ith(-k) resolves batch index n_batch-k instead of the k-th row from the end",
+        ("OUT-013",),
+        _negative_index_is_a_batch_index,
+    ),
+    Mutant(
+        "dec-no-rollback",
+        "decoder",
+        "a failed ubatch leaves its tokens in memory",
+        ("DEC-027", "DEC-028", "DEC-029"),
+        _no_rollback,
+    ),
+    Mutant(
+        "dec-no-memory-update",
+        "decoder",
+        "decode places the batch without applying pending K-shifts",
+        ("DEC-034", "DEC-035", "DEC-037"),
+        _no_memory_update,
+    ),
+    Mutant(
+        "dec-n-ctx-not-padded",
+        "decoder",
+        "n_ctx and n_ctx_seq are not rounded up to 256",
+        ("DEC-002", "DEC-007"),
+        _n_ctx_not_padded,
+    ),
+    Mutant(
+        "dec-plans-never-reused",
+        "decoder",
+        "every ubatch builds a new compute plan",
+        ("DEC-043", "DEC-044"),
+        _plans_never_reused,
+    ),
+    Mutant(
+        "dec-mean-over-ubatch",
+        "decoder",
+        "MEAN pooling divides by the ubatch's token count",
+        ("OUT-025",),
+        _mean_over_ubatch,
+    ),
+    Mutant(
+        "dec-cls-ties-take-last",
+        "decoder",
+        "CLS pooling breaks position ties towards the last token",
+        ("OUT-026",),
+        _cls_ties_take_the_last,
+    ),
+    Mutant(
+        "dec-kv-written-twice",
+        "decode_phase",
+        "each ubatch's entries are appended to the KV cache twice",
+        ("PHASE-011", "PHASE-020"),
+        _kv_written_twice,
+    ),
+    Mutant(
+        "dec-outputs-dropped-early",
+        "decoder",
+        "a decode forgets the previous outputs before validating the batch",
+        ("OUT-021", "DEC-016"),
+        _outputs_dropped_before_validation,
+    ),
+    Mutant(
+        "gen-stop-token-returned",
+        "generator",
+        "the stop token is returned with the generated tokens",
+        ("GEN-006",),
+        _stop_token_returned,
+    ),
+    Mutant(
+        "gen-no-memory-clear",
+        "generator",
+        "generation starts without clearing the prompts' sequences",
+        ("GEN-002",),
+        _generator_skips_memory_clear,
+    ),
+    Mutant(
+        "phase-cross-sequence-attention",
+        "decode_phase",
+        "in a single-stream ubatch, tokens attend every earlier cell, whatever its sequence",
+        ("PHASE-015", "PHASE-017"),
+        _batched_attends_everything,
+    ),
+]

@@ -1,0 +1,162 @@
+"""The ubatch executor: place one ubatch in the KV cache, compute it, extract its outputs.
+
+Order (seed 000 §Components; llama.cpp ``process_ubatch``): apply the ubatch to the memory, get
+a compute plan (reuse or build + allocate), bind the inputs (positions, output rows, KQ mask),
+run the forward, then copy the output rows into the context's buffers. A failure of any step is
+reported as a :class:`~reference_impl.memory.status.ComputeStatus`; the caller rolls the memory
+back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from reference_impl.batch.types import UBatch
+from reference_impl.decoder.pooling import POOLERS, PoolingType
+from reference_impl.errors import DecoderError, EngineError
+from reference_impl.kv import mask as kv_mask
+from reference_impl.memory.status import ComputeStatus
+
+if TYPE_CHECKING:
+    from reference_impl.decoder.context import Context
+
+
+@dataclass
+class UBatchResult:
+    status: ComputeStatus
+    n_rows: int = 0  # output rows extracted
+    error: EngineError | None = None
+    pooled: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def output_rows(ub: UBatch, all_outputs: bool) -> np.ndarray:
+    """Ubatch rows that produce outputs, in ubatch order."""
+    if all_outputs:
+        return np.arange(ub.n_tokens, dtype=np.int64)
+    return np.flatnonzero(np.asarray(ub.output[: ub.n_tokens]) != 0).astype(np.int64)
+
+
+def stream_mask(cache: Any, ub: UBatch, n_kv: int, causal: bool) -> tuple[torch.Tensor, int]:
+    """The KQ mask as one 2-D additive matrix ``[n_tokens, n_groups * n_kv]``.
+
+    A multi-stream ubatch (one sequence per stream, sequence-major) attends each group to its
+    own stream's cells: the per-stream masks are laid out block-diagonally, and the keys of the
+    groups are concatenated in the same order (see :func:`kv_reader`).
+    """
+    m = kv_mask.build_kq_mask(cache, ub, n_kv, causal_attn=causal)  # [n_groups, n_tps, n_kv]
+    n_groups = m.shape[0]
+    if n_groups == 1:
+        return m[0], 1
+    full = torch.full((ub.n_tokens, n_groups * n_kv), float("-inf"))
+    n_tps = m.shape[1]
+    for g in range(n_groups):
+        full[g * n_tps : (g + 1) * n_tps, g * n_kv : (g + 1) * n_kv] = m[g]
+    return full, n_groups
+
+
+def kv_reader(
+    cache: Any, streams: tuple[int, ...], n_kv: int
+) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    def read(il: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(streams) == 1:
+            return cache.kv_view(il, streams[0], n_kv)
+        views = [cache.kv_view(il, st, n_kv) for st in streams]
+        return torch.cat([k for k, _ in views]), torch.cat([v for _, v in views])
+
+    return read
+
+
+def execute_ubatch(
+    ctx: Context, mctx: Any, ub: UBatch, all_outputs: bool, row0: int
+) -> UBatchResult:
+    tr = ctx.trace
+    cache = ctx.memory
+    cp = ctx.cparams
+    if not mctx.apply():
+        return UBatchResult(
+            ComputeStatus.FAILED, error=DecoderError("DEC_COMPUTE_FAILED", "memory apply failed")
+        )
+    sinfo = mctx.sinfo
+    n_kv = mctx.n_kv
+    tr.add("apply", n_tokens=ub.n_tokens, n_kv=n_kv, cells=sinfo.token_cells())
+    if ctx.abort_callback is not None and ctx.abort_callback():
+        tr.add("abort")
+        return UBatchResult(
+            ComputeStatus.ABORTED,
+            error=DecoderError("DEC_ABORTED", "aborted by the abort callback"),
+        )
+    fault = ctx._faults.pop(ctx._n_ubatches_run, None)
+    rows = output_rows(ub, all_outputs)
+    try:
+        mask, n_groups = stream_mask(cache, ub, n_kv, cp.causal_attn)
+        plan, reused = ctx.scheduler.plan_for(ub, len(rows), n_kv, mask.shape[1], cp.embeddings)
+        tr.add("plan", reused=reused)
+        if not reused:
+            tr.add("alloc")
+        if fault == ComputeStatus.ALLOC_FAILED:
+            raise _Injected(ComputeStatus.ALLOC_FAILED)
+        plan.positions.copy_(torch.from_numpy(np.asarray(ub.pos[: ub.n_tokens], dtype=np.int64)))
+        plan.output_rows.copy_(torch.from_numpy(rows))
+        plan.kq_mask.copy_(mask)
+        tr.add("bind")
+        if fault == ComputeStatus.FAILED:
+            raise _Injected(ComputeStatus.FAILED)
+
+        def write(il: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            tr.add("kv_write", layer=il)
+            cache.write_kv(il, sinfo, k, v)
+
+        hidden = ctx.model.forward_ubatch(
+            tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
+            embd=ub.embd[: ub.n_tokens] if ub.embd is not None else None,
+            positions=plan.positions,
+            kv_write=write,
+            kv_read=kv_reader(cache, sinfo.strm, n_kv),
+            kq_mask=plan.kq_mask,
+            output_rows=plan.output_rows,
+            return_hidden=True,
+        )
+        logits = ctx.model.logits_from_hidden(hidden) if len(rows) else hidden[:0]
+        tr.add("compute", n_groups=n_groups)
+    except _Injected as inj:
+        return UBatchResult(
+            inj.status, error=DecoderError(_FAULT_CODES[inj.status], "injected failure")
+        )
+    except Exception as exc:  # a failed compute is a status, never an escape from decode
+        return UBatchResult(
+            ComputeStatus.FAILED,
+            error=DecoderError(
+                "DEC_COMPUTE_FAILED", f"compute failed: {type(exc).__name__}: {exc}"
+            ),
+        )
+    n = len(rows)
+    out = ctx.outputs
+    if n:
+        out.logits[row0 : row0 + n] = logits.numpy()
+    result = UBatchResult(ComputeStatus.SUCCESS, n_rows=n)
+    if cp.embeddings and n:
+        h = hidden.numpy()
+        if cp.pooling == PoolingType.NONE:
+            assert out.embd is not None
+            out.embd[row0 : row0 + n] = h
+        else:
+            # Every token is an output when embeddings are on, so `h` is in ubatch order.
+            result.pooled = POOLERS[cp.pooling](h, ub)
+    tr.add("extract", rows=n)
+    return result
+
+
+class _Injected(Exception):
+    def __init__(self, status: ComputeStatus) -> None:
+        self.status = status
+
+
+_FAULT_CODES = {
+    ComputeStatus.ALLOC_FAILED: "DEC_ALLOC_FAILED",
+    ComputeStatus.FAILED: "DEC_COMPUTE_FAILED",
+}
