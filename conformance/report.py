@@ -262,3 +262,73 @@ def merge_mutation(
     report = json.loads(jpath.read_text(encoding="utf-8"))
     report["summary"]["mutation"] = mutation
     write_report(report, report_dir, stem)
+
+
+def compare_targets(reports: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown: per area, the outcome counts of each target, then every invariant whose outcome
+    differs between targets (a failure on one side is a divergence worth reading)."""
+    names = list(reports)
+    lines = ["# Conformance by target", ""]
+    for name, rep in reports.items():
+        t = rep["summary"]["target"]
+        lines.append(f"- `{name}`: {t.get('name')} {t.get('version') or ''}".rstrip())
+    lines += ["", "## Passed / failed / skipped per area", ""]
+    header = "| area | " + " | ".join(names) + " |"
+    lines += [header, "|---|" + "---|" * len(names)]
+    areas = sorted({a for rep in reports.values() for a in rep["summary"]["areas"]})
+    for area in areas:
+        cells = []
+        for rep in reports.values():
+            c = rep["summary"]["areas"].get(area)
+            cells.append("–" if c is None else f"{c['passed']} / {c['failed']} / {c['skipped']}")
+        lines.append(f"| {area} | " + " | ".join(cells) + " |")
+    by_id: dict[str, dict[str, str]] = {}
+    statements: dict[str, str] = {}
+    for name, rep in reports.items():
+        for inv in rep["invariants"]:
+            by_id.setdefault(inv["id"], {})[name] = inv["outcome"]
+            statements[inv["id"]] = inv["statement"]
+    differ = [i for i in sorted(by_id, key=_id_sort_key) if "failed" in by_id[i].values()]
+    lines += ["", "## Failures on any target", ""]
+    if not differ:
+        lines.append("None.")
+    else:
+        lines += [
+            "| ID | " + " | ".join(names) + " | statement |",
+            "|---|" + "---|" * (len(names) + 1),
+        ]
+        for i in differ:
+            lines.append(
+                f"| {i} | "
+                + " | ".join(by_id[i].get(n, "–") for n in names)
+                + f" | {_md_escape(statements[i])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m conformance.report compare NAME=PATH ... -o OUT.md``"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m conformance.report")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    cmp_ = sub.add_parser("compare", help="compare conformance.json reports of several targets")
+    cmp_.add_argument("reports", nargs="+", help="NAME=path/to/conformance.json")
+    cmp_.add_argument("-o", "--output", required=True)
+    args = ap.parse_args(argv)
+    reports: dict[str, Any] = {}
+    for item in args.reports:
+        name, _, path = item.partition("=")
+        p = Path(path)
+        if not p.exists():
+            ap.error(f"report {p} does not exist (run the conformance suite for {name!r} first)")
+        reports[name] = json.loads(p.read_text(encoding="utf-8"))
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(compare_targets(reports), encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -48,3 +48,26 @@ def test_logits_do_not_depend_on_the_split(
     for i in range(n):
         assert nmse(one.get_logits_ith(i), ctx.get_logits_ith(i)) < 1e-9
     assert not np.array_equal(one.get_logits_ith(0), one.get_logits_ith(3))  # rows differ
+
+
+@pytest.mark.invariant("DEC-058")
+@pytest.mark.requires("decode.introspection")
+@pytest.mark.parametrize("backend", ["triton-1pass", "triton-2pass"])
+def test_triton_attention_backend_matches_the_torch_path(
+    new_ctx: Callable[..., Any], backend: str
+) -> None:
+    toks = prompt(20)
+    rows = {}
+    for name in ("torch", backend):
+        ctx = new_ctx("mha", n_batch=32, n_ubatch=8, attention_backend=name)
+        assert ctx.decode(batch(toks[:16], out=[i % 5 == 0 for i in range(16)])) == 0
+        out = [ctx.get_logits()]
+        for t in toks[16:]:
+            assert ctx.decode(batch([t])) == 0
+            out.append(ctx.get_logits())
+        rows[name] = np.concatenate(out)
+        if name != "torch":
+            paths = {r.path for r in ctx.kernel_trace}
+            assert paths == {"triton-" + backend.split("-")[1]}, paths  # the fused kernel ran
+            assert len(ctx.kernel_trace) == 2 * (2 + 4)  # 2 layers x (2 prefill ubatches + 4 steps)
+    assert nmse(rows["torch"], rows[backend]) < 1e-10

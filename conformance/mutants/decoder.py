@@ -226,7 +226,28 @@ def _batched_attends_everything(target: Any) -> Any:
     return target
 
 
+def _triton_backend_falls_back(target: Any) -> Any:
+    """The fused attention backend quietly runs the torch path."""
+    from kernels import decode_attention
+
+    original = decode_attention.gqa_decode
+
+    def gqa_decode(*args: Any, **kw: Any) -> Any:
+        kw["path"] = "torch"
+        return original(*args, **kw)
+
+    replace("kernels.decode_attention", "gqa_decode", gqa_decode)
+    return target
+
+
 MUTANTS = [
+    Mutant(
+        "dec-triton-backend-falls-back",
+        "decoder",
+        "the Triton attention backend silently runs the torch path",
+        ("DEC-058",),
+        _triton_backend_falls_back,
+    ),
     Mutant(
         "dec-outputs-not-reordered",
         "decoder",

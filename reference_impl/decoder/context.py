@@ -52,7 +52,7 @@ class Context:
                 "RANK pooling needs a classifier head, which this model does not have",
                 field="pooling",
             )
-        if params.attention_backend not in ("torch", "triton"):
+        if params.attention_backend not in ("torch", "triton", "triton-1pass", "triton-2pass"):
             raise DecoderError(
                 "DEC_PARAM",
                 f"unknown attention backend {params.attention_backend!r}",
@@ -381,12 +381,22 @@ class Context:
                 k[st].copy_(self.model.rope_shift(k[st], shift[st].to(torch.long)).to(k.dtype))
 
     def _attention_backend(self, name: str) -> None:
-        if name == "triton":
-            from kernels.decode_attention import gqa_decode
+        """ "torch": the model's own attention; "triton", "triton-1pass", "triton-2pass": the
+        fused GQA decode kernels (kernels.decode_attention.gqa_decode, auto / forced path).
+        Every kernel call appends a DispatchRecord to ``kernel_trace``."""
+        self.attention: Any = None
+        self.kernel_trace: list[Any] = []
+        if name == "torch":
+            return
+        from kernels.decode_attention import gqa_decode
 
-            def attention(
-                q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
-            ) -> torch.Tensor:
-                return gqa_decode(q, k, v, mask, scale)
+        path = {"triton": "auto", "triton-1pass": "1pass", "triton-2pass": "2pass"}[name]
+        trace = self.kernel_trace
 
-            self.model.graph.attention = attention
+        def attention(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+        ) -> torch.Tensor:
+            out = gqa_decode(q, k, v, mask, scale, path=path, trace=trace)
+            return out.reshape(q.shape[0], -1)
+
+        self.attention = attention

@@ -37,7 +37,7 @@ class ContextParams:
     swa_full: bool = True
     n_threads: int | None = None
     kv_dtype: torch.dtype = torch.float32
-    attention_backend: str = "torch"  # "torch" (SDPA) or "triton" (kernels.gqa_decode)
+    attention_backend: str = "torch"  # "torch", or "triton" / "triton-1pass" / "triton-2pass"
     graph_reuse: bool = True
     trace: bool = False
 

@@ -120,6 +120,7 @@ def execute_ubatch(
             kq_mask=plan.kq_mask,
             output_rows=plan.output_rows,
             return_hidden=True,
+            attention=ctx.attention,
         )
         logits = ctx.model.logits_from_hidden(hidden) if len(rows) else hidden[:0]
         tr.add("compute", n_groups=n_groups)

@@ -137,8 +137,10 @@ class Model:
         embd: torch.Tensor | np.ndarray | None = None,
         output_rows: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         return_hidden: bool = False,
+        attention: AttentionFn | None = None,
     ) -> torch.Tensor:
-        """One cached step; see :meth:`LlamaForward.forward_ubatch`."""
+        """One cached step; see :meth:`LlamaForward.forward_ubatch` (``attention`` overrides
+        the model's attention for this call)."""
         return self.graph.forward_ubatch(
             positions=positions,
             kv_write=kv_write,
@@ -148,6 +150,7 @@ class Model:
             embd=embd,
             output_rows=output_rows,
             return_hidden=return_hidden,
+            attention=attention,
         )
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:

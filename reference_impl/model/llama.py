@@ -306,6 +306,7 @@ class LlamaForward:
         embd: torch.Tensor | np.ndarray | None = None,
         output_rows: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         return_hidden: bool = False,
+        attention: AttentionFn | None = None,
     ) -> torch.Tensor:
         """One cached decoder step over a ubatch of ``n_tokens`` tokens.
 
@@ -345,10 +346,12 @@ class LlamaForward:
         scale = self.hparams.kq_scale
         mask = kq_mask if kq_mask.dtype == torch.float32 else kq_mask.to(torch.float32)
 
+        attn = attention if attention is not None else self.attention
+
         def attend(il: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kv_write(il, k, v)
             k_all, v_all = kv_read(il)
-            return self.attention(q, k_all, v_all, mask, scale)
+            return attn(q, k_all, v_all, mask, scale)
 
         rows = None
         if output_rows is not None:
