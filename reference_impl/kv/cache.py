@@ -134,6 +134,8 @@ class KVCache:
     """See the module docstring. Satisfies ``reference_impl.batch.types.MemoryView``."""
 
     def __init__(self, config: KVCacheConfig) -> None:
+        self._write_slot: SlotInfo | None = None
+        self._write_idx: list[torch.Tensor] = []
         config.validate()
         self.config = config
         self.kv_size = config.kv_size
@@ -659,9 +661,16 @@ class KVCache:
             raise KVCacheError(
                 "KV_SLOT_MISMATCH", f"K/V rows must have shape {want}", field="k", index=None
             )
+        if self._write_slot is not sinfo:  # one index tensor per stream group, for all layers
+            for st in sinfo.strm:
+                self._check_stream(st)
+            device = self.k[layer].device
+            self._write_idx = [
+                torch.tensor(ix, dtype=torch.long, device=device) for ix in sinfo.idxs
+            ]
+            self._write_slot = sinfo
         for g, st in enumerate(sinfo.strm):
-            self._check_stream(st)
-            idx = torch.tensor(sinfo.idxs[g], dtype=torch.long, device=self.k[layer].device)
+            idx = self._write_idx[g]
             rows = slice(g * sinfo.size, (g + 1) * sinfo.size)
             self.k[layer][st].index_copy_(0, idx, k[rows].to(self.k[layer].dtype))
             self.v[layer][st].index_copy_(0, idx, v[rows].to(self.v[layer].dtype))
