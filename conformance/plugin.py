@@ -327,8 +327,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     failed = [i["id"] for i in report["invariants"] if i["outcome"] == "failed"]
     if failed:
         tr.write_line(f"failed invariants: {', '.join(failed)}", red=True)
-    if st.untested and st.traceability != "off":
+    if st.untested and st.traceability == "strict":
         msg = f"active invariants without a test ({len(st.untested)}): {', '.join(st.untested)}"
-        tr.write_line(msg, red=st.traceability == "strict", yellow=st.traceability == "warn")
+        tr.write_line(msg, red=True)
+    elif st.untested and st.traceability == "warn":
+        tr.write_line(
+            f"{len(st.untested)} active invariants have no test among the collected ones "
+            "(--traceability strict lists them and fails)",
+            yellow=True,
+        )
     if st.report_dir is not None:
         tr.write_line(f"report: {st.report_dir / 'conformance.json'} and conformance.md")
