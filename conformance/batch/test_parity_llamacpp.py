@@ -81,7 +81,7 @@ def _coupled(case: CorpusCase) -> bool:
 
 
 def _invariants(case: CorpusCase, mode: str) -> list[str]:
-    ids = ["SAN-028"] if mode == "unified" else ["SPL-023", "SPL-017"]
+    ids = ["SAN-028"] if mode == "unified" else ["SPL-023"]
     if _skip_reason(case) is not None or case.name in REFERENCE_DIVERGES:
         return ids  # only the differential row: the rules themselves are not what differs
     expected = case.expected
@@ -91,10 +91,8 @@ def _invariants(case: CorpusCase, mode: str) -> list[str]:
         if case.seq_ids is None or case.params:
             ids.append("SAN-008")
         ids.append("SAN-013" if case.logits is None else "SAN-014")
-        if mode == "streams" and _coupled(case):
-            ids.append("SPL-011")
-        elif mode == "streams":
-            ids.append("SPL-006")
+        if mode == "streams":  # the KV cache's split plan: sequential split_equal
+            ids += ["SPL-017", "SPL-011" if _coupled(case) else "SPL-006"]
     else:
         ids.append(RULE_OF_CODE[expected.code])
     return ids
