@@ -89,7 +89,7 @@ def source_problem(source: str) -> str | None:
     lowered = source.lower()
     if any(project in lowered for project in PROJECTS):
         # "llama.cpp" / "emel.cpp" are project names, not files: drop them before looking.
-        rest = re.sub(r"\b(?:llama|emel)\.cpp\b", " ", source, flags=re.IGNORECASE)
+        rest = re.sub(r"(?<![/\w])(?:llama|emel)\.cpp\b", " ", source, flags=re.IGNORECASE)
         return None if _FILE.search(rest) else "cites a project but names no file"
     return "names no seed, no file of a known project and no decision"
 

@@ -62,14 +62,7 @@ RULE_OF_CODE = {
 
 # Known divergences between the reference and llama.cpp: reported as xfail (a failure to
 # conform in the suite's report), never skipped.
-REFERENCE_DIVERGES = {
-    "token_and_embd": (
-        "reference bug: the reference decoder returns -3 (DEC_COMPUTE_FAILED, MODEL_INPUT 'pass "
-        "exactly one of tokens / embd') for a batch carrying token ids and embedding rows, which "
-        "its sanitizer accepts (SAN-025); llama.cpp 0.3.36 decodes it from the token ids "
-        "(llm_graph_context::build_inp_embd selects the token path when ubatch.token is set)"
-    ),
-}
+REFERENCE_DIVERGES: dict[str, str] = {}
 
 
 class LlamaCppDivergence(UserWarning):

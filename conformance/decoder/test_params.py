@@ -105,3 +105,17 @@ def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., 
     assert ctx.decode(batch(prompt(4))) == 0
     assert ctx.get_embeddings_ith(0).shape[-1] > 0  # per-token embeddings: pooling NONE
     assert invalid(lambda: ctx.get_embeddings_seq(0))
+
+
+@pytest.mark.invariant("DEC-059")
+def test_more_sequences_than_output_rows_is_refused_at_creation(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
+    with pytest.raises(Exception) as exc:
+        new_ctx(n_seq_max=128, n_batch=64, kv_unified=True)
+    if target.has("decode.errors"):
+        assert (getattr(exc.value, "code", None), getattr(exc.value, "field", None)) == (
+            "DEC_N_OUTPUTS_MAX",
+            "n_seq_max",
+        )
+    assert new_ctx(n_seq_max=64, n_batch=64, kv_unified=True).n_seq_max() == 64

@@ -20,12 +20,18 @@ from reference_impl.generator import GenerationRequest, Generator
 
 pytestmark = pytest.mark.requires("decode.logits", "decode.memory_ops", "decode.introspection")
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "greedy-two-prompts": dict(prompts=[prompt(6), prompt(9, start=40)], max_tokens=12),
     "seeded-default-like": dict(
         prompts=[prompt(5, start=17)],
         max_tokens=16,
-        sampler=[["top_k", {"k": 40}], ["top_p", {"p": 0.95}], ["min_p", {"p": 0.05}], ["temp", {"t": 0.8}], ["dist", {}]],
+        sampler=[
+            ["top_k", {"k": 40}],
+            ["top_p", {"p": 0.95}],
+            ["min_p", {"p": 0.05}],
+            ["temp", {"t": 0.8}],
+            ["dist", {}],
+        ],
         seed=42,
     ),
     "text-prompts": dict(prompts=["Hello world", "The quick brown fox"], max_tokens=8),
@@ -49,7 +55,9 @@ def summary(res: Any) -> dict[str, Any]:
 @pytest.mark.invariant("GEN-021")
 @pytest.mark.parametrize("model", ["gqa", "q4"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_generation_matches_golden_trace(make_gen: Callable[..., Generator], snapshot: Any, model: str, case: str) -> None:
+def test_generation_matches_golden_trace(
+    make_gen: Callable[..., Generator], snapshot: Any, model: str, case: str
+) -> None:
     gen = make_gen(model, n_seq_max=2)
     res = gen.generate(GenerationRequest(**CASES[case], use_eos=False))
     assert snapshot == summary(res)

@@ -50,21 +50,30 @@ def _runtime() -> Any:
 
 
 def _refuse_aborting_context(model: Any, params: dict[str, Any]) -> None:
-    """llama.cpp 0.3.36 aborts the process (GGML_ASSERT in ggml_mul_mat) while reserving the
-    worst-case graph of a MEAN/RANK-pooling context whose n_ubatch is not a multiple of
-    n_seq_max (the reservation rounds n_tokens up past n_ubatch). Refuse it instead."""
+    """llama.cpp 0.3.36 aborts the process while creating some contexts; refuse them instead:
+    more sequences than output rows (n_seq_max > n_outputs_max, output_reserve's assert), and a
+    MEAN/RANK-pooling context whose n_ubatch is not a multiple of n_seq_max (the worst-case
+    reservation rounds n_tokens up past n_ubatch: GGML_ASSERT in ggml_mul_mat)."""
     from reference_impl.decoder.params import ContextParams, derive
 
-    pooling = params.get("pooling", -1)
-    if not params.get("embeddings") or pooling not in (1, 4):
-        return
     known = {
         k: v
         for k, v in params.items()
         if k in ContextParams.__dataclass_fields__ and k != "pooling"
     }
     d = derive(ContextParams(**known), n_ctx_train=int(model.info()["n_ctx_train"]))
-    if d.n_ubatch % d.n_seq_max:
+    if d.n_seq_max > d.n_outputs_max:
+        raise EngineError(
+            "LLAMACPP_WOULD_ABORT",
+            f"llama.cpp aborts creating a context with n_seq_max={d.n_seq_max} above "
+            f"n_outputs_max={d.n_outputs_max} (output_reserve's GGML_ASSERT)",
+            field="n_seq_max",
+        )
+    if (
+        params.get("embeddings")
+        and params.get("pooling", -1) in (1, 4)
+        and d.n_ubatch % d.n_seq_max
+    ):
         raise EngineError(
             "LLAMACPP_WOULD_ABORT",
             f"llama.cpp aborts creating a pooled-embeddings context with n_ubatch={d.n_ubatch} "

@@ -84,6 +84,14 @@ class Context:
             embeddings=cp.embeddings,
             n_outputs_limit=cp.n_outputs_max,
         )
+        if cp.n_seq_max > cp.n_outputs_max:
+            # llama.cpp aborts here (output_reserve asserts n_seq_max rows <= n_outputs_max)
+            raise DecoderError(
+                "DEC_N_OUTPUTS_MAX",
+                f"n_seq_max = {cp.n_seq_max} exceeds n_outputs_max = {cp.n_outputs_max} "
+                "(n_batch unless set): every decode reserves a row per sequence",
+                field="n_seq_max",
+            )
         self.outputs.reserve(0)  # a new context already holds n_seq_max rows (OUT-017)
         self.embd_seq: dict[int, np.ndarray] = {}
         self.scheduler = GraphScheduler(reuse=params.graph_reuse)

@@ -112,8 +112,10 @@ def execute_ubatch(
             cache.write_kv(il, sinfo, k, v)
 
         hidden = ctx.model.forward_ubatch(
+            # A batch with token ids and embedding rows decodes from the token ids, as llama.cpp
+            # does (its graph takes the token path whenever the ubatch has token ids).
             tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
-            embd=ub.embd[: ub.n_tokens] if ub.embd is not None else None,
+            embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
             positions=plan.positions,
             kv_write=write,
             kv_read=kv_reader(cache, sinfo.strm, n_kv),

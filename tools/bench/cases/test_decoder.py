@@ -23,7 +23,7 @@ N_TOKENS = 128
 FIXTURE = "bench25m"
 THREADS = bench_threads()
 PARAMS = {"fixture": FIXTURE, "n_tokens": N_TOKENS, "threads": THREADS, "kv": "f32"}
-CTX = {"n_ctx": 256, "n_batch": 256, "n_ubatch": 256, "n_threads": THREADS}
+CTX: dict[str, Any] = {"n_ctx": 256, "n_batch": 256, "n_ubatch": 256, "n_threads": THREADS}
 
 
 def _tokens() -> list[int]:
