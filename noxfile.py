@@ -53,8 +53,14 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Everything CI needs: conformance (strict traceability), unit tests, meta-tests, snapshots."""
-    _install(session)
+    """Everything CI needs: conformance (strict traceability) including the differential tests
+    against llama.cpp, unit tests, meta-tests, snapshots, the bench harness's own tests.
+
+    Installs the llamacpp extra (llama.cpp is the real peer of the differential tests): pip
+    builds llama-cpp-python from source the first time (about 10 minutes on 2 cores) and
+    reuses the cached wheel afterwards.
+    """
+    _install(session, "bench", "llamacpp")
     _pytest(
         session,
         "conformance",
