@@ -211,8 +211,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy over the packages."""
-    _install(session, "dev")
+    """mypy over the packages (with every optional dependency installed, as in development)."""
+    _install(session, "dev", "bench", "llamacpp")
     session.run("mypy", "conformance", "reference_impl", "kernels", "tools", "noxfile.py")
 
 
