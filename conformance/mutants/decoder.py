@@ -240,7 +240,94 @@ def _triton_backend_falls_back(target: Any) -> Any:
     return target
 
 
+def _sampled_not_reordered(target: Any) -> Any:
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    def reorder(self: OutputBuffers) -> None:
+        for i, j in self.swaps:
+            self.logits[[i, j]] = self.logits[[j, i]]
+            if self.embd is not None:
+                self.embd[[i, j]] = self.embd[[j, i]]
+        self.swaps.clear()
+
+    OutputBuffers.reorder = reorder  # type: ignore[method-assign]
+    return target
+
+
+def _no_seq_output_limit(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+
+    Context._seq_output_limit_error = lambda self, sb: None  # type: ignore[method-assign]
+    return target
+
+
+def _reservation_not_rounded(target: Any) -> Any:
+    from reference_impl.decoder import context
+
+    original = context.ubatch_reserve
+    replace(
+        "reference_impl.decoder.context",
+        "ubatch_reserve",
+        lambda n_seq_tokens, n_seqs, **kw: original(max(1, n_seq_tokens - 1), n_seqs, **kw),
+    )
+    return target
+
+
+def _encode_is_causal(target: Any) -> Any:
+    import torch
+
+    from reference_impl.decoder import ubatch_executor
+
+    original = ubatch_executor.encode_ubatch
+
+    def encode_ubatch(ctx: Any, ub: Any) -> Any:
+        model = ctx.model
+        inner = model.forward_ubatch
+
+        def causal_forward(**kw: Any) -> Any:
+            n = kw["kq_mask"].shape[0]
+            kw["kq_mask"] = kw["kq_mask"] + torch.full((n, n), float("-inf")).triu(1)
+            return inner(**kw)
+
+        model.forward_ubatch = causal_forward
+        try:
+            return original(ctx, ub)
+        finally:
+            del model.forward_ubatch
+
+    replace("reference_impl.decoder.context", "encode_ubatch", encode_ubatch)
+    return target
+
+
 MUTANTS = [
+    Mutant(
+        "dec-sampled-not-reordered",
+        "decoder",
+        "sampled tokens are left in emission order when the rows are reordered",
+        ("OUT-034",),
+        _sampled_not_reordered,
+    ),
+    Mutant(
+        "dec-no-seq-output-limit",
+        "decoder",
+        "sequences with a sampler get any number of outputs",
+        ("OUT-033",),
+        _no_seq_output_limit,
+    ),
+    Mutant(
+        "dec-reservation-not-rounded",
+        "decoder",
+        "worst-case reservations round n_tokens down instead of up to a multiple of n_seqs",
+        ("DEC-047",),
+        _reservation_not_rounded,
+    ),
+    Mutant(
+        "dec-encode-causal",
+        "decoder",
+        "encode attends causally",
+        ("DEC-049",),
+        _encode_is_causal,
+    ),
     Mutant(
         "dec-triton-backend-falls-back",
         "decoder",

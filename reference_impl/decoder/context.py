@@ -23,18 +23,18 @@ import numpy as np
 import torch
 
 from reference_impl.batch import sanitize as batch_sanitize
-from reference_impl.batch.split import BatchSplitter
+from reference_impl.batch.split import BatchSplitter, ubatch_reserve
 from reference_impl.batch.types import Batch
 from reference_impl.decoder.graph import GraphScheduler
 from reference_impl.decoder.outputs import OutputBuffers, OutputError
 from reference_impl.decoder.params import ContextParams, Derived, derive
-from reference_impl.decoder.pooling import PoolingType
+from reference_impl.decoder.pooling import POOLERS, PoolingType
 from reference_impl.decoder.trace import DecodeTrace
-from reference_impl.decoder.ubatch_executor import execute_ubatch
+from reference_impl.decoder.ubatch_executor import encode_ubatch, execute_ubatch
 from reference_impl.errors import BatchError, DecoderError, EngineError, KVCacheError
 from reference_impl.kv.cache import KVCacheConfig
 from reference_impl.memory.coordinator import MemoryCoordinator, make_memory
-from reference_impl.memory.status import ComputeStatus
+from reference_impl.memory.status import ComputeStatus, MemoryStatus
 from reference_impl.model import Model, set_threads
 
 
@@ -95,8 +95,10 @@ class Context:
         self.outputs.reserve(0)  # a new context already holds n_seq_max rows (OUT-017)
         self.embd_seq: dict[int, np.ndarray] = {}
         self.scheduler = GraphScheduler(reuse=params.graph_reuse)
-        self.scheduler.reserve()
         self.trace = DecodeTrace(enabled=params.trace)
+        self.samplers: dict[int, Any] = {}
+        self._faults_once: set[str] = set()
+        self._reserve_worst_case(initial=True)
         self.last_error: EngineError | None = None
         self.abort_callback: Callable[[], bool] | None = None
         self._faults: dict[int, ComputeStatus] = {}
@@ -200,6 +202,9 @@ class Context:
                     field="logits",
                 ),
             )
+        limit_error = self._seq_output_limit_error(sb)
+        if limit_error is not None:
+            return self._fail(-1, limit_error)
 
         splitter = BatchSplitter(sb)
         try:
@@ -209,74 +214,237 @@ class Context:
         for optimize, applied in plan.updates:
             self.trace.add("memory_update", optimize=optimize, applied=applied)
             if applied:
-                self.scheduler.reserve()  # new worst-case graph after applied memory work
-        self.trace.add("init_batch", status=int(plan.status), retried=plan.retried)
-        if plan.code == 1:
+                self._reserve_worst_case()  # new worst-case graph after applied memory work
+        status = plan.status
+        for name, faulty in (
+            ("no_update", MemoryStatus.NO_UPDATE),
+            ("failed_compute", MemoryStatus.FAILED_COMPUTE),
+        ):
+            if self._take_fault(f"memory_{name}"):
+                status = faulty
+        self.trace.add("init_batch", status=int(status), retried=plan.retried)
+        if status == MemoryStatus.FAILED_PREPARE:
             return self._fail(
                 1,
                 DecoderError(
                     "DEC_NO_SLOT", f"failed to find a memory slot for a batch of {n_tokens} tokens"
                 ),
             )
-        if plan.code != 0 or plan.context is None:
+        if status != MemoryStatus.SUCCESS or plan.context is None:
             return self._fail(
-                -2,
-                DecoderError("DEC_MEMORY_STATUS", f"unexpected memory status {plan.status.name}"),
+                -2, DecoderError("DEC_MEMORY_STATUS", f"unexpected memory status {status.name}")
             )
         mctx = plan.context
-        ubatches = mctx.ubatches
         all_outputs = n_outputs_all == n_tokens
         counts = [
-            ub.n_tokens
-            if all_outputs
-            else int(np.count_nonzero(np.asarray(ub.output[: ub.n_tokens])))
-            for ub in ubatches
+            ub.n_tokens if all_outputs else int(np.count_nonzero(ub.output[: ub.n_tokens]))
+            for ub in mctx.ubatches
         ]
-        self.trace.add("split", n_ubatches=len(ubatches), outputs=counts)
+        self.trace.add("split", n_ubatches=len(mctx.ubatches), outputs=counts)
 
         try:
+            if self._take_fault("output_reserve"):
+                raise OutputError("OUT_CAPACITY", "injected output reservation failure")
             self.outputs.reserve(n_outputs_all)
         except OutputError as err:
             return self._fail(-2, DecoderError("DEC_OUTPUT_RESERVE", str(err)))
         self.embd_seq.clear()
         self.trace.add("output_reserve", rows=self.outputs.capacity)
 
+        code = self._run_ubatches(mctx, counts, all_outputs, n_outputs_all)
+        if code != 0:
+            return code
+        emitted = [int(i) for i in splitter.out_ids]
+        self.outputs.finalize(emitted)
+        self._last_seq_sets = [tuple(sb.batch.seq_ids_of(i)) for i in range(n_tokens)]
+        self.trace.add("map_outputs", out_ids=emitted, swaps=list(self.outputs.swaps))
+        return 0
+
+    def _run_ubatches(
+        self, mctx: Any, counts: list[int], all_outputs: bool, n_outputs_all: int
+    ) -> int:
+        """Step 6: execute every ubatch; on a failure roll its sequences back and return the
+        decode code (earlier ubatches stay in memory)."""
         row0 = 0
         while True:
             ub = mctx.get_ubatch()
             result = execute_ubatch(self, mctx, ub, all_outputs, row0)
             self._n_ubatches_run += 1
+            if result.status == ComputeStatus.SUCCESS and self._take_fault("output_rows"):
+                result.n_rows -= 1
             if result.status != ComputeStatus.SUCCESS:
-                code = self.coordinator.ubatch_failed(ub, result.status)
-                self.outputs.n_outputs = 0
-                self.outputs.output_ids.fill(-1)
-                self.embd_seq.clear()
-                return self._fail(
-                    code, result.error or DecoderError("DEC_COMPUTE_FAILED", "ubatch failed")
-                )
-            self.embd_seq.update(result.pooled)
+                return self._fail_ubatch(ub, result.status, result.error)
             if result.n_rows != counts[mctx.i_cur]:
-                self.coordinator.ubatch_failed(ub, ComputeStatus.FAILED)
-                self.outputs.n_outputs = 0
-                self.outputs.output_ids.fill(-1)
-                return self._fail(
-                    -3,
-                    DecoderError(
-                        "DEC_OUTPUT_COUNT", "extracted rows differ from the expected count"
-                    ),
+                error = DecoderError(
+                    "DEC_OUTPUT_COUNT", "extracted rows differ from the expected count"
                 )
+                return self._fail_ubatch(ub, ComputeStatus.FAILED, error)
+            self.embd_seq.update(result.pooled)
+            self._sample_rows(ub, result.rows, row0)
             row0 += result.n_rows
             if not mctx.next():
                 break
-
+        if self._take_fault("output_total"):
+            row0 -= 1
         if row0 != n_outputs_all:
+            self.outputs.drop()
             return self._fail(
                 -3, DecoderError("DEC_OUTPUT_COUNT", f"{row0} rows for {n_outputs_all} outputs")
             )
-        emitted = [int(i) for i in splitter.out_ids]
-        self.outputs.finalize(emitted)
-        self._last_seq_sets = [tuple(sb.batch.seq_ids_of(i)) for i in range(n_tokens)]
-        self.trace.add("map_outputs", out_ids=emitted, swaps=list(self.outputs.swaps))
+        return 0
+
+    def _fail_ubatch(self, ub: Any, status: ComputeStatus, error: EngineError | None) -> int:
+        code = self.coordinator.ubatch_failed(ub, status)
+        self.outputs.drop()
+        self.embd_seq.clear()
+        return self._fail(code, error or DecoderError("DEC_COMPUTE_FAILED", "ubatch failed"))
+
+    # ------------------------------------------------------------------ sample router
+
+    def set_sampler(self, seq_id: int, chain: Any) -> None:
+        """Attach a sampler chain (a ``reference_impl.sampling`` chain description) to a
+        sequence, or detach it with None: after each decode, the rows of the flagged tokens
+        listing the sequence are sampled (``get_sampled_token_ith``), and a batch may give the
+        sequence at most ``n_outputs_max_per_seq`` outputs."""
+        if chain is None:
+            self.samplers.pop(seq_id, None)
+            return
+        from reference_impl.sampling import chain as sampling_chain
+
+        self.samplers[seq_id] = sampling_chain.build_chain(chain)
+
+    def _seq_output_limit_error(self, sb: Any) -> DecoderError | None:
+        if not self.samplers:
+            return None
+        limit = self.params.n_outputs_max_per_seq
+        counts: dict[int, int] = {}
+        flags = np.asarray(sb.batch.logits) != 0
+        for i in range(sb.n_tokens):
+            if not flags[i]:
+                continue
+            for s in sb.batch.seq_ids_of(i):
+                if s in self.samplers:
+                    counts[s] = counts.get(s, 0) + 1
+                    if counts[s] > limit:
+                        return DecoderError(
+                            "DEC_SEQ_OUTPUT_LIMIT",
+                            f"sequence {s} has a sampler and more than {limit} output(s) in the batch",
+                            field="logits",
+                            index=i,
+                            seq_id=s,
+                        )
+        return None
+
+    def _sample_rows(self, ub: Any, rows: np.ndarray, row0: int) -> None:
+        if not self.samplers:
+            return
+        for k, r in enumerate(rows):
+            for s in ub.seq_ids_of(int(r)):
+                chain = self.samplers.get(s)
+                if chain is not None:
+                    self.outputs.sampled[row0 + k] = chain.sample(self.outputs.logits[row0 + k])
+                    break
+
+    def get_sampled_token_ith(self, i: int) -> int:
+        """The token the sequence's sampler chose for batch token ``i`` in the last decode."""
+        self.outputs.reorder()
+        tok = int(self.outputs.sampled[self.outputs.resolve_row(i)])
+        if tok < 0:
+            raise OutputError("OUT_NO_SAMPLE", f"batch token {i} was not sampled", index=i)
+        return tok
+
+    # ------------------------------------------------------------------ worst-case graphs
+
+    def _reserve_worst_case(self, initial: bool = False) -> None:
+        """llama.cpp's graph_reserve: at creation the prompt shape, the generation shape and the
+        prompt shape again; after an applied memory update, the prompt shape. Each rounds
+        n_tokens up to a multiple of n_seqs and covers the whole cache (n_kv = its size)."""
+        cp = self.cparams
+        n_tokens_pp = min(cp.n_ctx, cp.n_ubatch)
+        shapes = [("pp", n_tokens_pp, min(n_tokens_pp, cp.n_outputs_max))]
+        if initial:
+            shapes += [
+                ("tg", cp.n_seq_max, cp.n_seq_max),
+                ("pp", n_tokens_pp, min(n_tokens_pp, cp.n_outputs_max)),
+            ]
+        for kind, n_tokens, n_outputs in shapes:
+            n_seqs = cp.n_seq_max
+            n_tokens = -(-n_tokens // n_seqs) * n_seqs
+            ub = ubatch_reserve(n_tokens // n_seqs, n_seqs)
+            self.scheduler.reserve(
+                {
+                    "kind": kind,
+                    "n_tokens": ub.n_tokens,
+                    "n_seq_tokens": ub.n_seq_tokens,
+                    "n_seqs": ub.n_seqs,
+                    "n_outputs": n_outputs,
+                    "n_kv": self.memory.kv_size,
+                }
+            )
+
+    # ------------------------------------------------------------------ encode
+
+    def encode(self, batch: Batch) -> int:
+        """llama_encode: the whole batch as one non-causal ubatch, every token an output,
+        positions from 0 when missing, nothing kept in memory. Returns 0, -1, 2, -2 or -3."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"encode expects a Batch, got {type(batch).__name__}")
+        self.trace.begin_call()
+        self.last_error = None
+        self.outputs.reorder()
+        code = self._encode(batch)
+        self.trace.add("done" if code == 0 else "error", code=code)
+        return code
+
+    def _encode(self, batch: Batch) -> int:
+        cp = self.cparams
+        n = batch.n_tokens
+        if n == 0:
+            return self._fail(
+                -1, DecoderError("DEC_EMPTY_BATCH", "n_tokens == 0", field="n_tokens")
+            )
+        try:
+            sb = batch_sanitize.sanitize(
+                batch, n_vocab=self.model.n_vocab, n_seq_max=cp.n_seq_max, output_all=True
+            )
+        except BatchError as err:
+            return self._fail(-1, err)
+        if n > cp.n_ubatch:
+            return self._fail(
+                -1,
+                DecoderError(
+                    "DEC_UBATCH_TOO_SMALL",
+                    f"encode needs n_ubatch >= n_tokens ({cp.n_ubatch} < {n})",
+                    field="n_tokens",
+                ),
+            )
+        ub = BatchSplitter(sb).split_simple(n)
+        try:
+            self.outputs.reserve(n)
+        except OutputError as err:
+            return self._fail(-2, DecoderError("DEC_OUTPUT_RESERVE", str(err)))
+        self.embd_seq.clear()
+        if self.abort_callback is not None and self.abort_callback():
+            self.outputs.drop()
+            return self._fail(2, DecoderError("DEC_ABORTED", "aborted by the abort callback"))
+        try:
+            hidden = encode_ubatch(self, ub)
+        except Exception as exc:  # a failed compute is a status, never an escape
+            self.outputs.drop()
+            return self._fail(
+                -3,
+                DecoderError("DEC_COMPUTE_FAILED", f"compute failed: {type(exc).__name__}: {exc}"),
+            )
+        self.outputs.logits[:n] = self.model.logits_from_hidden(hidden).numpy()
+        if cp.embeddings:
+            h = hidden.numpy()
+            if cp.pooling == PoolingType.NONE:
+                assert self.outputs.embd is not None
+                self.outputs.embd[:n] = h
+            else:
+                self.embd_seq.update(POOLERS[cp.pooling](h, ub))
+        self.outputs.finalize(list(range(n)))
+        self._last_seq_sets = [tuple(sb.batch.seq_ids_of(i)) for i in range(n)]
         return 0
 
     # ------------------------------------------------------------------ outputs
@@ -380,6 +548,29 @@ class Context:
         if status not in (ComputeStatus.ALLOC_FAILED, ComputeStatus.FAILED):
             raise ValueError("inject ALLOC_FAILED or FAILED (use the abort callback for ABORTED)")
         self._faults[self._n_ubatches_run + ubatch] = status
+
+    FAULTS = (
+        "memory_no_update",
+        "memory_failed_compute",
+        "output_reserve",
+        "output_rows",
+        "output_total",
+    )
+
+    def inject_fault(self, kind: str) -> None:
+        """Make the next decode hit one failure of the flow (tests): an unexpected memory status
+        (``memory_no_update``, ``memory_failed_compute``), a failed output reservation
+        (``output_reserve``), a ubatch extracting one row too few (``output_rows``), or a total
+        row count that disagrees with the batch (``output_total``)."""
+        if kind not in self.FAULTS:
+            raise ValueError(f"unknown fault {kind!r}; one of {', '.join(self.FAULTS)}")
+        self._faults_once.add(kind)
+
+    def _take_fault(self, kind: str) -> bool:
+        if kind in self._faults_once:
+            self._faults_once.discard(kind)
+            return True
+        return False
 
     # ------------------------------------------------------------------ internals
 

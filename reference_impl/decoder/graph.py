@@ -50,6 +50,7 @@ class GraphScheduler:
         self.n_built = 0
         self.n_reused = 0
         self.n_reservations = 0
+        self.reservations: list[dict[str, object]] = []  # worst-case shapes, in order
 
     def plan_for(
         self, ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: bool
@@ -72,6 +73,9 @@ class GraphScheduler:
         """Drop the stored plan (after a memory update or a worst-case reservation)."""
         self.plan = None
 
-    def reserve(self) -> None:
+    def reserve(self, shape: dict[str, object] | None = None) -> None:
+        """A worst-case reservation: record its shape and drop the stored plan."""
         self.n_reservations += 1
+        if shape is not None:
+            self.reservations.append(shape)
         self.reset()

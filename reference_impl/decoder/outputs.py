@@ -34,6 +34,9 @@ class OutputBuffers:
     capacity: int = 0  # rows currently allocated (never shrinks)
     logits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     embd: np.ndarray | None = None
+    sampled: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int32)
+    )  # per row, -1: none
     output_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     n_outputs: int = 0
     swaps: list[tuple[int, int]] = field(default_factory=list)
@@ -60,8 +63,10 @@ class OutputBuffers:
             self.embd = (
                 np.zeros((n_rows, self.n_embd), dtype=np.float32) if self.embeddings else None
             )
+            self.sampled = np.full(n_rows, -1, dtype=np.int32)
             self.capacity = n_rows
             self.reallocations += 1
+        self.sampled.fill(-1)
         self.output_ids.fill(-1)
         self.n_outputs = 0
         self.swaps.clear()
@@ -83,8 +88,15 @@ class OutputBuffers:
         """Apply pending swaps to every output buffer (called on first access)."""
         for i, j in self.swaps:
             self.logits[[i, j]] = self.logits[[j, i]]
+            self.sampled[[i, j]] = self.sampled[[j, i]]
             if self.embd is not None:
                 self.embd[[i, j]] = self.embd[[j, i]]
+        self.swaps.clear()
+
+    def drop(self) -> None:
+        """Nothing readable (after a failed ubatch): no rows, no mapping."""
+        self.n_outputs = 0
+        self.output_ids.fill(-1)
         self.swaps.clear()
 
     def resolve_row(self, i: int) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 class UBatchResult:
     status: ComputeStatus
     n_rows: int = 0  # output rows extracted
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # ubatch rows
     error: EngineError | None = None
     pooled: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -141,7 +142,7 @@ def execute_ubatch(
     out = ctx.outputs
     if n:
         out.logits[row0 : row0 + n] = logits.numpy()
-    result = UBatchResult(ComputeStatus.SUCCESS, n_rows=n)
+    result = UBatchResult(ComputeStatus.SUCCESS, n_rows=n, rows=rows)
     if cp.embeddings and n:
         h = hidden.numpy()
         if cp.pooling == PoolingType.NONE:
@@ -163,3 +164,26 @@ _FAULT_CODES = {
     ComputeStatus.ALLOC_FAILED: "DEC_ALLOC_FAILED",
     ComputeStatus.FAILED: "DEC_COMPUTE_FAILED",
 }
+
+
+def encode_ubatch(ctx: Context, ub: UBatch) -> torch.Tensor:
+    """The forward of an encode: one ubatch, non-causal, attending within each token's first
+    sequence, K/V kept in a scratch buffer (nothing enters the memory). Returns the normalized
+    hidden states of every token."""
+    seq = np.asarray(ub.seq_id[: ub.n_tokens, 0])
+    mask = torch.from_numpy(np.where(seq[:, None] == seq[None, :], 0.0, -np.inf).astype(np.float32))
+    scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def write(il: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        scratch[il] = (k.clone(), v.clone())
+
+    return ctx.model.forward_ubatch(
+        tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
+        embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
+        positions=np.asarray(ub.pos[: ub.n_tokens], dtype=np.int64),
+        kv_write=write,
+        kv_read=lambda il: scratch[il],
+        kq_mask=mask,
+        return_hidden=True,
+        attention=ctx.attention,
+    )
