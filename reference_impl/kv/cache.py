@@ -135,7 +135,7 @@ class KVCache:
 
     def __init__(self, config: KVCacheConfig) -> None:
         self._write_slot: SlotInfo | None = None
-        self._write_idx: list[torch.Tensor] = []
+        self._write_idx: list[torch.Tensor | slice] = []
         config.validate()
         self.config = config
         self.kv_size = config.kv_size
@@ -661,19 +661,28 @@ class KVCache:
             raise KVCacheError(
                 "KV_SLOT_MISMATCH", f"K/V rows must have shape {want}", field="k", index=None
             )
-        if self._write_slot is not sinfo:  # one index tensor per stream group, for all layers
+        if self._write_slot is not sinfo:  # one index per stream group, for all layers
             for st in sinfo.strm:
                 self._check_stream(st)
             device = self.k[layer].device
+            # A run of consecutive cells (the usual slot) is written as one slice copy.
             self._write_idx = [
-                torch.tensor(ix, dtype=torch.long, device=device) for ix in sinfo.idxs
+                slice(int(ix[0]), int(ix[-1]) + 1)
+                if len(ix) and np.array_equal(np.diff(ix), np.ones(len(ix) - 1))
+                else torch.tensor(ix, dtype=torch.long, device=device)
+                for ix in sinfo.idxs
             ]
             self._write_slot = sinfo
+        k_all, v_all = self.k[layer], self.v[layer]
         for g, st in enumerate(sinfo.strm):
             idx = self._write_idx[g]
             rows = slice(g * sinfo.size, (g + 1) * sinfo.size)
-            self.k[layer][st].index_copy_(0, idx, k[rows].to(self.k[layer].dtype))
-            self.v[layer][st].index_copy_(0, idx, v[rows].to(self.v[layer].dtype))
+            if isinstance(idx, slice):
+                k_all[st, idx] = k[rows]  # copy_ casts to the cache dtype
+                v_all[st, idx] = v[rows]
+            else:
+                k_all[st].index_copy_(0, idx, k[rows].to(k_all.dtype))
+                v_all[st].index_copy_(0, idx, v[rows].to(v_all.dtype))
 
     def kv_view(self, layer: int, stream: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n_kv`` cells of a stream: views ``[n_kv, n_head_kv, head_dim]``."""

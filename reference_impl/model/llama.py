@@ -87,7 +87,8 @@ def normed_matmul(x: torch.Tensor, w_t: torch.Tensor, eps: float) -> torch.Tenso
     number, passed to the matmul as ``alpha``: three dispatches fewer per norm."""
     if x.shape[0] != 1:
         return torch.mm(rms_normalize(x, eps), w_t)
-    mean_sq = float(torch.linalg.vecdot(x, x)) / x.shape[-1]
+    row = x.view(-1)
+    mean_sq = float(torch.dot(row, row)) / x.shape[-1]
     return torch.addmm(_scalar(0.0), x, w_t, beta=0.0, alpha=1.0 / math.sqrt(mean_sq + eps))
 
 
@@ -248,21 +249,22 @@ class LlamaForward:
         rot = self.rope.rotations(positions)
         eps = hp.rms_eps
         n_head, n_head_kv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
-        heads = (n_head, n_head_kv, n_head_kv)
+        n_qk = n_head + n_head_kv  # Q and K heads (RoPE), then V's n_head_kv
         last = len(self.layers) - 1
         for il, layer in enumerate(self.layers):
             # one matmul for Q, K and V, seen as n_head + 2·n_head_kv heads; RoPE on Q and K
-            qkv = normed_matmul(x, layer.wqkv_t, eps).view(n, sum(heads), hd)
-            apply_rope(qkv[:, : n_head + n_head_kv], rot)
-            q, k, v = qkv.split(heads, dim=1)
+            qkv = normed_matmul(x, layer.wqkv_t, eps).view(n, n_qk + n_head_kv, hd)
+            apply_rope(qkv[:, :n_qk], rot)
+            q, k, v = qkv[:, :n_head], qkv[:, n_head:n_qk], qkv[:, n_qk:]
             o = attend(il, q, k, v)
             if il == last and output_rows is not None:
                 # Like llama.cpp's inp_out_ids: only the rows that produce outputs go on.
                 o = o.index_select(0, output_rows)
                 x = x.index_select(0, output_rows)
             x = torch.addmm(x, o, layer.wo_t)  # residual add fused into the matmul
-            gate, up = normed_matmul(x, layer.w_gate_up_t, eps).chunk(2, dim=-1)
-            act = F.silu(gate, inplace=True).mul_(up)
+            gate_up = normed_matmul(x, layer.w_gate_up_t, eps)
+            n_ff = layer.w_down_t.shape[0]
+            act = F.silu(gate_up[:, :n_ff], inplace=True).mul_(gate_up[:, n_ff:])
             x = torch.addmm(x, act, layer.w_down_t)
         if not self.layers and output_rows is not None:
             x = x.index_select(0, output_rows)

@@ -155,3 +155,23 @@ def test_two_commits_interleaved_end_to_end(
     assert "interleaved in one job" in md
     assert "`test_floor.py::test_python_loop` | floor" in md and "slower" in md
     assert _git(repo, "worktree", "list").count("\n") == 0  # nothing registered or left behind
+
+
+@pytest.mark.parametrize(
+    ("argv", "timer", "noted"),
+    [
+        ([], "cpu", False),
+        (["--threads", "2"], "wall", False),
+        (["--threads", "2", "--timer", "cpu"], "cpu", True),
+        (["--timer", "wall"], "wall", False),
+    ],
+)
+def test_timer_default_follows_threads(
+    argv: list[str], timer: str, noted: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CPU time sums every thread's time: with several threads it is no throughput measure.
+    from tools.bench.cli import _settings, parser
+
+    settings = _settings(parser().parse_args(["run", *argv]))
+    assert settings.timer == timer
+    assert ("sums the CPU time" in capsys.readouterr().err) is noted

@@ -44,9 +44,10 @@ def _settings_args(p: argparse.ArgumentParser, rounds: int) -> None:
     g.add_argument(
         "--timer",
         choices=("cpu", "wall"),
-        default="cpu",
-        help="cpu: the process's CPU time (default; immune to time slices lost to other "
-        "processes on a shared machine); wall: elapsed time",
+        default=None,
+        help="cpu: the process's CPU time (immune to time slices lost to other processes on "
+        "a shared machine); wall: elapsed time. Default: cpu with one thread, wall with more "
+        "(CPU time sums every thread, spin-waits included, so it is no throughput measure)",
     )
     g.add_argument("--threads", type=int, default=1, help="threads per case (default 1)")
     g.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
@@ -55,11 +56,17 @@ def _settings_args(p: argparse.ArgumentParser, rounds: int) -> None:
 def _settings(a: argparse.Namespace):  # -> Settings (import kept lazy for the CLI's start)
     from tools.bench.runner import Settings
 
+    timer = a.timer or ("cpu" if a.threads == 1 else "wall")
+    if timer == "cpu" and a.threads > 1:
+        log(
+            f"note: --timer cpu with {a.threads} threads sums the CPU time of every thread "
+            "(spin-waits included): times are not throughput; use --timer wall on a quiet machine"
+        )
     return Settings(
         rounds=a.rounds,
         inner_rounds=a.inner_rounds,
         max_time=a.max_time,
-        timer=a.timer,
+        timer=timer,
         threads=a.threads,
         keyword=a.keyword,
     )
