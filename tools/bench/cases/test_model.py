@@ -8,6 +8,10 @@ same GGUF file, with the same thread count (``DC_BENCH_THREADS``, default: all c
 * ``model.decode128``: 128 single-token steps from an empty cache, logits every step
   (llama.cpp: 128 ``llama_decode`` calls of one token).
 
+One floor, on the reference's weights: ``test_decode128_weight_stream`` runs only the
+matrix-vector products of 128 decode steps (the whole model is read per step), so the report
+shows what part of ``model.decode128`` is weight streaming and what part is everything else.
+
 The reference runs :meth:`Model.forward_ubatch` over a preallocated float32 KV cache
 (:class:`BenchCache`); llama.cpp uses an F32 KV cache and no flash attention, the same math.
 Correctness is checked once, outside the timed code.
@@ -201,3 +205,42 @@ def test_decode128_llamacpp(
     _close(reference[0].forward(tokens, output_rows=[N_TOKENS - 1]), llama_decode(llama, tokens))
     benchmark.pedantic(llama_decode, args=(llama, tokens), rounds=ROUNDS, warmup_rounds=1)
     _record(benchmark, "model.decode128", "peer")
+
+
+def weight_stream(model: Model, steps: int) -> torch.Tensor:
+    """Only the matrix-vector products of ``steps`` decode steps: every layer's fused QKV, output,
+    gate/up and down projections and the vocabulary projection, on the reference's own fused
+    weights (the bytes a single-token step must read), with nothing in between."""
+    graph = model.graph
+    x = torch.ones(1, model.hparams.n_embd)
+    out = x
+    with torch.inference_mode():
+        for _ in range(steps):
+            for layer in graph.layers:
+                torch.mm(x, layer.wqkv_t)
+                torch.mm(x, layer.wo_t)
+                gate_up = torch.mm(x, layer.w_gate_up_t)
+                torch.mm(gate_up[:, : layer.w_down_t.shape[0]], layer.w_down_t)
+            out = torch.mm(x, graph.output.t())
+    return out
+
+
+def test_decode128_weight_stream(benchmark: Any, reference: tuple[Model, BenchCache]) -> None:
+    """The floor under ``model.decode128``: how long reading the weights 128 times takes in torch,
+    so the report shows how much of a decode step is matrix-vector work and how much is the rest
+    (attention, norms, RoPE, per-op dispatch); its GB/s against the memcpy floor says how close
+    torch's GEMV gets to this machine's memory bandwidth."""
+    model, _ = reference
+    graph = model.graph
+    mats = [m for layer in graph.layers for m in vars(layer).values()] + [graph.output]
+    n_bytes = sum(m.numel() * m.element_size() for m in mats)
+    assert n_bytes > 90e6  # ~25M f32 parameters: the whole model is read every step
+    benchmark.pedantic(weight_stream, args=(model, N_TOKENS), rounds=ROUNDS, warmup_rounds=1)
+    record(
+        benchmark,
+        area="model",
+        work=N_TOKENS,
+        unit="tokens",
+        params={**PARAMS, "n_params": _n_params(), "weight_bytes": n_bytes},
+        bytes_moved=float(n_bytes) * N_TOKENS,
+    )
