@@ -114,7 +114,11 @@ def execute_ubatch(
         plan.positions.copy_(torch.from_numpy(np.asarray(ub.pos[: ub.n_tokens], dtype=np.int64)))
         plan.output_rows.copy_(torch.from_numpy(rows))
         plan.kq_mask.copy_(mask)
-        n_att = attended_columns(mask) if n_groups == 1 else mask.shape[1]
+        if n_groups == 1:  # skip the padded columns no token attends to
+            n_read = attended_columns(mask)
+            kq_mask = plan.kq_mask[:, :n_read]
+        else:  # block-diagonal over the streams: every group keeps its n_kv columns
+            n_read, kq_mask = n_kv, plan.kq_mask
         tr.add("bind")
         if fault == ComputeStatus.FAILED:
             raise _Injected(ComputeStatus.FAILED)
@@ -130,8 +134,8 @@ def execute_ubatch(
             embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
             positions=plan.positions,
             kv_write=write,
-            kv_read=kv_reader(cache, sinfo.strm, n_att if n_groups == 1 else n_kv),
-            kq_mask=plan.kq_mask[:, :n_att],
+            kv_read=kv_reader(cache, sinfo.strm, n_read),
+            kq_mask=kq_mask,
             output_rows=plan.output_rows,
             return_hidden=True,
             attention=ctx.attention,

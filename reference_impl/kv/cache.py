@@ -668,7 +668,7 @@ class KVCache:
             # A run of consecutive cells (the usual slot) is written as one slice copy.
             self._write_idx = [
                 slice(int(ix[0]), int(ix[-1]) + 1)
-                if len(ix) and np.array_equal(np.diff(ix), np.ones(len(ix) - 1))
+                if len(ix) and bool(np.all(np.diff(ix) == 1))
                 else torch.tensor(ix, dtype=torch.long, device=device)
                 for ix in sinfo.idxs
             ]

@@ -221,7 +221,7 @@ def weight_stream(model: Model, steps: int) -> torch.Tensor:
                 torch.mm(x, layer.wo_t)
                 gate_up = torch.mm(x, layer.w_gate_up_t)
                 torch.mm(gate_up[:, : layer.w_down_t.shape[0]], layer.w_down_t)
-            out = torch.mm(x, graph.output.t())
+            out = graph.logits_from_hidden(x)
     return out
 
 
