@@ -66,16 +66,17 @@ def attended_columns(mask: torch.Tensor) -> int:
     The mask spans n_kv cells, padded like llama.cpp's (to 256); the columns after the last
     finite entry are -inf for every row and add exactly zero weight, so attention skips them.
     At decode sizes this is most of the attention cost (a 10-token cache reads 256 cells)."""
-    finite = torch.nonzero(torch.isfinite(mask).any(dim=0))
-    return int(finite[-1]) + 1 if finite.numel() else mask.shape[1]
+    open_cols = np.flatnonzero(np.isfinite(mask.numpy()).any(axis=0))  # numpy: fewer dispatches
+    return int(open_cols[-1]) + 1 if open_cols.size else mask.shape[1]
 
 
 def kv_reader(
     cache: Any, streams: tuple[int, ...], n_kv: int
 ) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    if len(streams) == 1:  # the views of every layer, made together before the forward
+        return cache.kv_views(streams[0], n_kv).__getitem__
+
     def read(il: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if len(streams) == 1:
-            return cache.kv_view(il, streams[0], n_kv)
         views = [cache.kv_view(il, st, n_kv) for st in streams]
         return torch.cat([k for k, _ in views]), torch.cat([v for _, v in views])
 
@@ -132,11 +133,12 @@ def execute_ubatch(
             # does (its graph takes the token path whenever the ubatch has token ids).
             tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
             embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
-            positions=plan.positions,
+            positions=plan.positions.numpy(),
             kv_write=write,
             kv_read=kv_reader(cache, sinfo.strm, n_read),
             kq_mask=kq_mask,
-            output_rows=plan.output_rows,
+            # every row an output (as in one-token decode): no row selection at the last layer
+            output_rows=plan.output_rows if len(rows) < ub.n_tokens else None,
             return_hidden=True,
             attention=ctx.attention,
         )

@@ -136,6 +136,8 @@ class KVCache:
     def __init__(self, config: KVCacheConfig) -> None:
         self._write_slot: SlotInfo | None = None
         self._write_idx: list[torch.Tensor | slice] = []
+        # per layer, the (K, V) destination views of a one-run slot (None: index copies)
+        self._write_dst: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         config.validate()
         self.config = config
         self.kv_size = config.kv_size
@@ -657,32 +659,52 @@ class KVCache:
         self._check_layer(layer)
         n = sinfo.n_stream * sinfo.size
         want = (n, self.config.n_head_kv, self.config.head_dim)
-        if tuple(k.shape) != want or tuple(v.shape) != want:
+        if k.shape != want or v.shape != want:
             raise KVCacheError(
                 "KV_SLOT_MISMATCH", f"K/V rows must have shape {want}", field="k", index=None
             )
-        if self._write_slot is not sinfo:  # one index per stream group, for all layers
-            for st in sinfo.strm:
-                self._check_stream(st)
-            device = self.k[layer].device
-            # A run of consecutive cells (the usual slot) is written as one slice copy.
-            self._write_idx = [
-                slice(int(ix[0]), int(ix[-1]) + 1)
-                if len(ix) and bool(np.all(np.diff(ix) == 1))
-                else torch.tensor(ix, dtype=torch.long, device=device)
-                for ix in sinfo.idxs
-            ]
-            self._write_slot = sinfo
+        if self._write_slot is not sinfo:  # planned once per slot, for all layers
+            self._plan_writes(sinfo)
+        if self._write_dst is not None:  # one stream, consecutive cells: two slice copies
+            k_dst, v_dst = self._write_dst[layer]
+            k_dst.copy_(k)  # copy_ casts to the cache dtype
+            v_dst.copy_(v)
+            return
         k_all, v_all = self.k[layer], self.v[layer]
         for g, st in enumerate(sinfo.strm):
             idx = self._write_idx[g]
             rows = slice(g * sinfo.size, (g + 1) * sinfo.size)
             if isinstance(idx, slice):
-                k_all[st, idx] = k[rows]  # copy_ casts to the cache dtype
+                k_all[st, idx] = k[rows]
                 v_all[st, idx] = v[rows]
             else:
                 k_all[st].index_copy_(0, idx, k[rows].to(k_all.dtype))
                 v_all[st].index_copy_(0, idx, v[rows].to(v_all.dtype))
+
+    def _plan_writes(self, sinfo: SlotInfo) -> None:
+        """Per stream group, the slot's cells as a slice (a run of consecutive cells, the
+        usual case) or an index tensor; for a single run, the destination views per layer."""
+        for st in sinfo.strm:
+            self._check_stream(st)
+        device = self.k[0].device if self.k else None
+        self._write_idx = [
+            slice(int(ix[0]), int(ix[-1]) + 1)
+            if len(ix) and bool(np.all(np.diff(ix) == 1))
+            else torch.tensor(ix, dtype=torch.long, device=device)
+            for ix in sinfo.idxs
+        ]
+        self._write_dst = None
+        if len(sinfo.strm) == 1 and isinstance(self._write_idx[0], slice):
+            st, cells = sinfo.strm[0], self._write_idx[0]
+            self._write_dst = [(k[st, cells], v[st, cells]) for k, v in zip(self.k, self.v)]
+        self._write_slot = sinfo
+
+    def kv_views(self, stream: int, n_kv: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`kv_view` of every layer (checked once)."""
+        self._check_stream(stream)
+        if not 0 < n_kv <= self.kv_size:
+            raise KVCacheError("KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]")
+        return [(k[stream, :n_kv], v[stream, :n_kv]) for k, v in zip(self.k, self.v)]
 
     def kv_view(self, layer: int, stream: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n_kv`` cells of a stream: views ``[n_kv, n_head_kv, head_dim]``."""

@@ -173,6 +173,8 @@ class RopeCache:
         if hi >= self.table.shape[0]:
             size = max(hi + 1, 2 * self.table.shape[0])
             self.table = self._build(np.arange(size))
+        if positions.size == 1:  # one token (decode): a slice costs less than a gather
+            return self.table[lo : lo + 1].unsqueeze(1)
         return self.table[torch.from_numpy(positions)].unsqueeze(1)
 
 
