@@ -699,19 +699,20 @@ class KVCache:
             self._write_dst = [(k[st, cells], v[st, cells]) for k, v in zip(self.k, self.v)]
         self._write_slot = sinfo
 
-    def kv_views(self, stream: int, n_kv: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """:meth:`kv_view` of every layer (checked once)."""
+    def _check_view(self, stream: int, n_kv: int) -> None:
         self._check_stream(stream)
         if not 0 < n_kv <= self.kv_size:
             raise KVCacheError("KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]")
+
+    def kv_views(self, stream: int, n_kv: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`kv_view` of every layer (checked once)."""
+        self._check_view(stream, n_kv)
         return [(k[stream, :n_kv], v[stream, :n_kv]) for k, v in zip(self.k, self.v)]
 
     def kv_view(self, layer: int, stream: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n_kv`` cells of a stream: views ``[n_kv, n_head_kv, head_dim]``."""
         self._check_layer(layer)
-        self._check_stream(stream)
-        if not 0 < n_kv <= self.kv_size:
-            raise KVCacheError("KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]")
+        self._check_view(stream, n_kv)
         return self.k[layer][stream, :n_kv], self.v[layer][stream, :n_kv]
 
     # ------------------------------------------------------------------ snapshots
