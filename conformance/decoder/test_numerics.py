@@ -1,4 +1,5 @@
-"""Numerical agreement of cached decoding with full recomputation (DEC-055, DEC-056)."""
+"""Numerical agreement of cached decoding with full recomputation (DEC-055, DEC-056), of the
+Triton attention backend (DEC-058) and of a float16 K/V cache (DEC-064) with the torch path."""
 
 from __future__ import annotations
 
@@ -71,3 +72,24 @@ def test_triton_attention_backend_matches_the_torch_path(
             assert paths == {"triton-" + backend.split("-")[1]}, paths  # the fused kernel ran
             assert len(ctx.kernel_trace) == 2 * (2 + 4)  # 2 layers x (2 prefill ubatches + 4 steps)
     assert nmse(rows["torch"], rows[backend]) < 1e-10
+
+
+@pytest.mark.invariant("DEC-064")
+@pytest.mark.parametrize("decode_path", ["torch", "auto"])
+def test_float16_kv_cache_decodes_like_float32(
+    new_ctx: Callable[..., Any], decode_path: str
+) -> None:
+    import torch
+
+    toks = prompt(20)
+    rows = {}
+    for dtype in (torch.float32, torch.float16):
+        ctx = new_ctx("gqa", n_batch=32, n_ubatch=8, kv_dtype=dtype, decode_path=decode_path)
+        assert ctx.decode(batch(toks[:14], all_out=True)) == 0
+        out = [ctx.get_logits()]
+        for j, t in enumerate(toks[14:]):
+            assert ctx.decode(batch([t], pos=[14 + j])) == 0
+            out.append(ctx.get_logits())
+        rows[dtype] = np.concatenate(out)
+    assert nmse(rows[torch.float32], rows[torch.float16]) < 1e-6
+    assert not np.array_equal(rows[torch.float32], rows[torch.float16])  # the cache did round

@@ -32,10 +32,11 @@ from reference_impl.decoder.pooling import POOLERS, PoolingType
 from reference_impl.decoder.trace import DecodeTrace
 from reference_impl.decoder.ubatch_executor import encode_ubatch, execute_ubatch
 from reference_impl.errors import BatchError, DecoderError, EngineError, KVCacheError
-from reference_impl.kv.cache import KVCacheConfig
+from reference_impl.kv.cache import KVCache, KVCacheConfig
 from reference_impl.memory.coordinator import MemoryCoordinator, make_memory
 from reference_impl.memory.status import ComputeStatus, MemoryStatus
 from reference_impl.model import Model, set_threads
+from reference_impl.native import NativeDecodeStep
 
 
 class Context:
@@ -105,6 +106,7 @@ class Context:
         self._n_ubatches_run = 0
         self._last_seq_sets: list[tuple[int, ...]] = []
         self._attention_backend(params.attention_backend)
+        self.native_step, self.native_reason = self._native_decode_path(params.decode_path)
 
     # ------------------------------------------------------------------ derived values
 
@@ -578,6 +580,37 @@ class Context:
         for st in range(k.shape[0]):
             if bool(shift[st].any()):
                 k[st].copy_(self.model.rope_shift(k[st], shift[st].to(torch.long)).to(k.dtype))
+
+    def _native_decode_path(self, name: str) -> tuple[NativeDecodeStep | None, str]:
+        """The native one-token step this context uses (or None) and why: "native" when it
+        runs, else the reason it does not. ``decode_path="native"`` makes a missing one an
+        error at creation instead of a silent fallback."""
+        if name not in ("auto", "native", "torch"):
+            raise DecoderError("DEC_PARAM", f"unknown decode path {name!r}", field="decode_path")
+        if name == "torch":
+            return None, "decode_path='torch'"
+        why: str | None = None
+        if self.params.attention_backend != "torch":
+            why = f"attention backend {self.params.attention_backend!r}"
+        elif not isinstance(self.memory, KVCache) or self.memory.config.dtype != torch.float32:
+            why = f"K/V dtype {self.params.kv_dtype} (the native step reads float32)"
+        else:
+            why = self.model.native_unsupported()
+        step = None
+        if why is None:
+            try:
+                step = self.model.native_step()
+            except (RuntimeError, ValueError) as exc:
+                why = str(exc)
+        if step is None:
+            if name == "native":
+                raise DecoderError(
+                    "DEC_NATIVE_UNAVAILABLE",
+                    f"decode_path='native' but the native step cannot run: {why}",
+                    field="decode_path",
+                )
+            return None, str(why)
+        return step, "native"
 
     def _attention_backend(self, name: str) -> None:
         """ "torch": the model's own attention; "triton", "triton-1pass", "triton-2pass": the

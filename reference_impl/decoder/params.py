@@ -38,6 +38,9 @@ class ContextParams:
     n_threads: int | None = None
     kv_dtype: torch.dtype = torch.float32
     attention_backend: str = "torch"  # "torch", or "triton" / "triton-1pass" / "triton-2pass"
+    # one-token ubatches: "auto" runs the native C step when it can (see Context.native_reason),
+    # "native" requires it, "torch" always runs the torch forward
+    decode_path: str = "auto"
     n_outputs_max_per_seq: int = 1  # outputs per batch of a sequence that has a sampler
     graph_reuse: bool = True
     trace: bool = False

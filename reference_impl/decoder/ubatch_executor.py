@@ -18,12 +18,13 @@ import torch
 
 from reference_impl.batch.types import UBatch
 from reference_impl.decoder.pooling import POOLERS, PoolingType
-from reference_impl.errors import DecoderError, EngineError
+from reference_impl.errors import BatchError, DecoderError, EngineError
 from reference_impl.kv import mask as kv_mask
 from reference_impl.memory.status import ComputeStatus
 
 if TYPE_CHECKING:
     from reference_impl.decoder.context import Context
+    from reference_impl.native import NativeDecodeStep
 
 
 @dataclass
@@ -73,6 +74,15 @@ def attended_columns(mask: torch.Tensor) -> int:
 def kv_reader(
     cache: Any, streams: tuple[int, ...], n_kv: int
 ) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    if cache.config.dtype != torch.float32:  # the forward reads float32 K/V (F16 caches)
+
+        def read_f32(il: int) -> tuple[torch.Tensor, torch.Tensor]:
+            views = [cache.kv_view(il, st, n_kv) for st in streams]
+            return torch.cat([k for k, _ in views]).float(), torch.cat(
+                [v for _, v in views]
+            ).float()
+
+        return read_f32
     if len(streams) == 1:  # the views of every layer, made together before the forward
         return cache.kv_views(streams[0], n_kv).__getitem__
 
@@ -124,26 +134,17 @@ def execute_ubatch(
         if fault == ComputeStatus.FAILED:
             raise _Injected(ComputeStatus.FAILED)
 
-        def write(il: int, k: torch.Tensor, v: torch.Tensor) -> None:
-            tr.add("kv_write", layer=il)
-            cache.write_kv(il, sinfo, k, v)
-
-        hidden = ctx.model.forward_ubatch(
-            # A batch with token ids and embedding rows decodes from the token ids, as llama.cpp
-            # does (its graph takes the token path whenever the ubatch has token ids).
-            tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
-            embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
-            positions=plan.positions.numpy(),
-            kv_write=write,
-            kv_read=kv_reader(cache, sinfo.strm, n_read),
-            kq_mask=kq_mask,
-            # every row an output (as in one-token decode): no row selection at the last layer
-            output_rows=plan.output_rows if len(rows) < ub.n_tokens else None,
-            return_hidden=True,
-            attention=ctx.attention,
-        )
-        logits = ctx.model.logits_from_hidden(hidden) if len(rows) else hidden[:0]
-        tr.add("compute", n_groups=n_groups)
+        native = ctx.native_step if ub.n_tokens == 1 and n_groups == 1 else None
+        cell = cache.single_cell(sinfo) if native is not None else None
+        if native is not None and cell is not None:
+            hidden = native_compute(ctx, native, ub, cell, kq_mask, row0, n_logits=len(rows))
+            tr.add("compute", n_groups=n_groups, path="native")
+        else:
+            hidden = torch_compute(ctx, ub, sinfo, plan, kq_mask, n_read, rows)
+            logits = ctx.model.logits_from_hidden(hidden) if len(rows) else hidden[:0]
+            tr.add("compute", n_groups=n_groups, path="torch")
+            if len(rows):
+                ctx.outputs.logits[row0 : row0 + len(rows)] = logits.numpy()
     except _Injected as inj:
         return UBatchResult(
             inj.status, error=DecoderError(_FAULT_CODES[inj.status], "injected failure")
@@ -157,8 +158,6 @@ def execute_ubatch(
         )
     n = len(rows)
     out = ctx.outputs
-    if n:
-        out.logits[row0 : row0 + n] = logits.numpy()
     result = UBatchResult(ComputeStatus.SUCCESS, n_rows=n, rows=rows)
     if cp.embeddings and n:
         h = hidden.numpy()
@@ -170,6 +169,82 @@ def execute_ubatch(
             result.pooled = POOLERS[cp.pooling](h, ub)
     tr.add("extract", rows=n)
     return result
+
+
+def torch_compute(
+    ctx: Context,
+    ub: UBatch,
+    sinfo: Any,
+    plan: Any,
+    kq_mask: torch.Tensor,
+    n_read: int,
+    rows: np.ndarray,
+) -> torch.Tensor:
+    """The torch forward of the ubatch; returns the normalized hidden states of its output
+    rows (every row when all are outputs)."""
+    tr = ctx.trace
+    cache = ctx.memory
+
+    def write(il: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        tr.add("kv_write", layer=il)
+        cache.write_kv(il, sinfo, k, v)
+
+    return ctx.model.forward_ubatch(
+        # A batch with token ids and embedding rows decodes from the token ids, as llama.cpp
+        # does (its graph takes the token path whenever the ubatch has token ids).
+        tokens=ub.token[: ub.n_tokens] if ub.token is not None else None,
+        embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
+        positions=plan.positions.numpy(),
+        kv_write=write,
+        kv_read=kv_reader(cache, sinfo.strm, n_read),
+        kq_mask=kq_mask,
+        # every row an output (as in one-token decode): no row selection at the last layer
+        output_rows=plan.output_rows if len(rows) < ub.n_tokens else None,
+        return_hidden=True,
+        attention=ctx.attention,
+    )
+
+
+def native_compute(
+    ctx: Context,
+    native: NativeDecodeStep,
+    ub: UBatch,
+    cell: tuple[int, int],
+    kq_mask: torch.Tensor,
+    row0: int,
+    n_logits: int,
+) -> torch.Tensor:
+    """The native one-token step: K/V written at ``cell`` (stream, index) of every layer, the
+    logits straight into the output buffer's row ``row0`` when the token is an output."""
+    tr = ctx.trace
+    cache = ctx.memory
+    token = None
+    if ub.token is not None:
+        token = int(ub.token[0])
+        n_vocab = ctx.model.n_vocab
+        if not 0 <= token < n_vocab:
+            raise BatchError(
+                "MODEL_TOKEN_RANGE",
+                f"token id {token} is outside the vocabulary [0, {n_vocab})",
+                field="token",
+                index=0,
+            )
+    hidden = native(
+        token=token,
+        embd=None if ub.embd is None or token is not None else ub.embd[0],
+        position=int(ub.pos[0]),
+        k_cache=cache.k,
+        v_cache=cache.v,
+        stream=cell[0],
+        cell=cell[1],
+        mask=kq_mask,
+        logits=ctx.outputs.logits[row0] if n_logits else None,
+        n_threads=torch.get_num_threads(),
+    )
+    for il in range(len(cache.k)):  # written by the step, in layer order
+        tr.add("kv_write", layer=il, path="native")
+    # the step reuses its hidden buffer: a copy when it outlives the step (embeddings, pooling)
+    return hidden.clone() if ctx.cparams.embeddings else hidden
 
 
 class _Injected(Exception):

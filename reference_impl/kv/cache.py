@@ -699,6 +699,14 @@ class KVCache:
             self._write_dst = [(k[st, cells], v[st, cells]) for k, v in zip(self.k, self.v)]
         self._write_slot = sinfo
 
+    def single_cell(self, sinfo: SlotInfo) -> tuple[int, int] | None:
+        """``(stream, cell)`` when the slot is one cell of one stream (a one-token ubatch),
+        else None. The native decode step writes that cell of every layer itself."""
+        if len(sinfo.strm) != 1 or len(sinfo.idxs[0]) != 1:
+            return None
+        self._check_stream(sinfo.strm[0])
+        return sinfo.strm[0], int(sinfo.idxs[0][0])
+
     def _check_view(self, stream: int, n_kv: int) -> None:
         self._check_stream(stream)
         if not 0 < n_kv <= self.kv_size:

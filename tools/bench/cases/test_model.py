@@ -6,7 +6,8 @@ same GGUF file, with the same thread count (``DC_BENCH_THREADS``, default: all c
 * ``model.prefill128``: 128 prompt tokens in one ubatch into an empty KV cache, logits of the
   last token (llama.cpp: ``llama_decode`` of one 128-token batch);
 * ``model.decode128``: 128 single-token steps from an empty cache, logits every step
-  (llama.cpp: 128 ``llama_decode`` calls of one token).
+  (llama.cpp: 128 ``llama_decode`` calls of one token); two subjects: the torch forward
+  (``test_decode128_reference``) and the native one-token step (``test_decode128_native``).
 
 One floor, on the reference's weights: ``test_decode128_weight_stream`` runs only the
 matrix-vector products of 128 decode steps (the whole model is read per step), so the report
@@ -195,6 +196,46 @@ def test_decode128_reference(benchmark: Any, reference: tuple[Model, BenchCache]
     benchmark.pedantic(
         reference_decode, args=(model, cache, tokens), rounds=ROUNDS, warmup_rounds=1
     )
+    _record(benchmark, "model.decode128", "subject")
+
+
+def native_decode(model: Model, cache: BenchCache, tokens: list[int]) -> np.ndarray:
+    """The decode loop on the native one-token step (the path ``Context`` takes for one-token
+    ubatches), over the same cache tensors."""
+    step = model.native_step()
+    k = [t.unsqueeze(0) for t in cache.k]  # one stream
+    v = [t.unsqueeze(0) for t in cache.v]
+    logits = np.empty(model.n_vocab, dtype=np.float32)
+    for i, tok in enumerate(tokens):
+        step(
+            token=tok,
+            embd=None,
+            position=i,
+            k_cache=k,
+            v_cache=v,
+            stream=0,
+            cell=i,
+            mask=cache.row_masks[i + 1],
+            logits=logits,
+            n_threads=THREADS,
+        )
+    return logits
+
+
+def test_decode128_native(benchmark: Any, reference: tuple[Model, BenchCache]) -> None:
+    """``model.decode128`` on the native step: a second subject of the pair, so the report shows
+    the torch forward and the native step against the same llama.cpp measurement."""
+    model, cache = reference
+    why = model.native_unsupported()
+    try:
+        model.native_step()
+    except (RuntimeError, ValueError) as exc:
+        why = str(exc)
+    if why is not None:
+        pytest.skip(f"native step unavailable: {why}")
+    tokens = _tokens()
+    _close(model.forward(tokens, output_rows=[N_TOKENS - 1]), native_decode(model, cache, tokens))
+    benchmark.pedantic(native_decode, args=(model, cache, tokens), rounds=ROUNDS, warmup_rounds=1)
     _record(benchmark, "model.decode128", "subject")
 
 

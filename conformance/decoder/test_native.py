@@ -1,0 +1,181 @@
+"""The native one-token decode step against the torch forward (DEC-060 .. DEC-063, decision D17).
+
+Every check runs two contexts in lockstep over the same model: ``decode_path="torch"`` (the
+definition) and the native step, and asserts from the trace that the native step really ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.decoder.helpers import batch, nmse, prompt
+from conformance.fixtures.gguf_models import fixture_path
+
+pytestmark = pytest.mark.requires("decode.introspection")
+
+
+def _paths(ctx: Any) -> list[str]:
+    """The compute path of every ubatch of the last decode call, in order."""
+    return [e.data["path"] for e in ctx.trace.of_call(ctx.trace.calls - 1) if e.kind == "compute"]
+
+
+def _script(n_seqs: int) -> list[tuple[list[int], list[list[int]], list[int]]]:
+    """A prefill per sequence, then single-token steps that alternate between the sequences
+    (so a step's mask hides the other sequences' cells in a unified cache)."""
+    toks = prompt(40, start=5)
+    steps = []
+    for s in range(n_seqs):
+        steps.append((toks[s * 6 : s * 6 + 6], [[s]] * 6, list(range(6))))
+    for j in range(8):
+        s = j % n_seqs
+        steps.append(([toks[20 + j]], [[s]], [6 + j // n_seqs]))
+    return steps
+
+
+def _pair(new_ctx: Callable[..., Any], model: str, **params: Any) -> tuple[Any, Any]:
+    params = {"n_batch": 32, "n_ubatch": 4, "trace": True, **params}
+    ref = new_ctx(model, decode_path="torch", **params)
+    nat = new_ctx(model, decode_path="native", **params)
+    assert nat.native_reason == "native"
+    return ref, nat
+
+
+@pytest.mark.invariant("DEC-060")
+@pytest.mark.parametrize(
+    ("model", "n_seqs", "unified"),
+    [("mha", 1, True), ("gqa", 2, True), ("gqa", 2, False), ("tied", 1, True), ("q4", 3, True)],
+)
+def test_native_step_matches_the_torch_forward(
+    new_ctx: Callable[..., Any], model: str, n_seqs: int, unified: bool
+) -> None:
+    ref, nat = _pair(new_ctx, model, n_seq_max=n_seqs, kv_unified=unified, n_ctx=256 * n_seqs)
+    n_native = 0
+    for toks, seqs, pos in _script(n_seqs):
+        b = batch(toks, seqs=seqs, pos=pos, all_out=True)
+        assert ref.decode(b) == 0
+        assert nat.decode(b) == 0
+        assert nmse(ref.get_logits(), nat.get_logits()) < 1e-9
+        paths = _paths(nat)
+        if len(toks) == 1:
+            assert paths == ["native"], paths
+            n_native += 1
+        assert set(_paths(ref)) == {"torch"}
+    assert n_native == 8
+
+
+@pytest.mark.invariant("DEC-060")
+def test_native_step_embeddings_match(new_ctx: Callable[..., Any]) -> None:
+    ref, nat = _pair(new_ctx, "gqa", embeddings=True, pooling=0)
+    for toks, seqs, pos in _script(1):
+        b = batch(toks, seqs=seqs, pos=pos, all_out=True)
+        assert ref.decode(b) == 0 and nat.decode(b) == 0
+        for i in range(len(toks)):
+            assert nmse(ref.get_embeddings_ith(i), nat.get_embeddings_ith(i)) < 1e-9
+        if len(toks) == 1:
+            assert _paths(nat) == ["native"]
+    # the returned rows are the context's copies, not the step's reused buffer
+    first = nat.get_embeddings_ith(0).copy()
+    assert nat.decode(batch([9], pos=[14], all_out=True)) == 0
+    assert not np.array_equal(first, nat.get_embeddings_ith(0))
+
+
+def _kv(ctx: Any) -> list[torch.Tensor]:
+    return [t.clone() for t in (*ctx.memory.k, *ctx.memory.v)]
+
+
+@pytest.mark.invariant("DEC-061")
+@pytest.mark.parametrize("unified", [True, False])
+def test_native_step_writes_exactly_the_slot_cell(
+    new_ctx: Callable[..., Any], unified: bool
+) -> None:
+    ref, nat = _pair(new_ctx, "gqa", n_seq_max=2, kv_unified=unified, n_ctx=512)
+    for toks, seqs, pos in _script(2):
+        before = _kv(nat)
+        b = batch(toks, seqs=seqs, pos=pos, all_out=True)
+        assert ref.decode(b) == 0 and nat.decode(b) == 0
+        after = _kv(nat)
+        for want, got in zip(_kv(ref), after, strict=True):
+            assert nmse(want.numpy(), got.numpy()) < 1e-9
+        if len(toks) != 1:
+            continue
+        (cells,) = [
+            e.data["cells"] for e in nat.trace.of_call(nat.trace.calls - 1) if e.kind == "apply"
+        ]
+        (stream, cell) = cells[0]
+        for b0, a0 in zip(before, after, strict=True):
+            changed = (b0 != a0).flatten(2).any(-1).nonzero().tolist()  # [stream, cell] pairs
+            assert changed == [[stream, cell]], changed
+
+
+@pytest.mark.invariant("DEC-062")
+def test_decode_path_selection(new_ctx: Callable[..., Any]) -> None:
+    from reference_impl.errors import DecoderError
+
+    auto = new_ctx("gqa", n_batch=32, trace=True)
+    assert auto.native_reason == "native"
+    assert auto.decode(batch(prompt(5))) == 0
+    assert _paths(auto) == ["torch"]  # five tokens: one 5-token ubatch
+    assert auto.decode(batch([7], pos=[5])) == 0
+    assert _paths(auto) == ["native"]
+
+    torch_ctx = new_ctx("gqa", decode_path="torch", trace=True)
+    assert torch_ctx.native_reason == "decode_path='torch'"
+    assert torch_ctx.decode(batch([7])) == 0
+    assert _paths(torch_ctx) == ["torch"]
+
+    for params, words in (
+        ({"kv_dtype": torch.float16}, "K/V dtype"),
+        ({"attention_backend": "triton-1pass"}, "attention backend"),
+    ):
+        ctx = new_ctx("gqa", trace=True, **params)
+        assert words in ctx.native_reason
+        assert ctx.decode(batch([7])) == 0
+        assert _paths(ctx) == ["torch"]
+        with pytest.raises(DecoderError) as err:
+            new_ctx("gqa", decode_path="native", **params)
+        assert err.value.code == "DEC_NATIVE_UNAVAILABLE" and err.value.field == "decode_path"
+        assert words in str(err.value)
+
+    with pytest.raises(DecoderError) as err:
+        new_ctx("gqa", decode_path="fast")
+    assert err.value.code == "DEC_PARAM" and err.value.field == "decode_path"
+
+
+@pytest.fixture
+def fresh_native(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[None]:
+    """An empty native build cache, and no library loaded in this process, for one test."""
+    from reference_impl.native import build
+
+    monkeypatch.setenv("DC_NATIVE_CACHE", str(tmp_path / "native"))
+    build.load.cache_clear()
+    yield
+    build.load.cache_clear()
+
+
+@pytest.mark.invariant("DEC-063")
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [({"CC": "dc-no-such-compiler"}, "no C compiler"), ({"DC_NATIVE": "0"}, "DC_NATIVE=0")],
+)
+def test_without_the_library_auto_falls_back_to_torch(
+    fresh_native: None, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], words: str
+) -> None:
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
+    ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
+    assert words in ctx.native_reason
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, seqs, pos in _script(1):
+        b = batch(toks, seqs=seqs, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert set(_paths(ctx)) == {"torch"}
+        assert np.array_equal(ctx.get_logits(), ref.get_logits())
