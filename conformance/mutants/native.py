@@ -41,35 +41,36 @@ def _wrong_cell(target: Any) -> Any:
     return target
 
 
-def _never_native(target: Any) -> Any:
-    # "auto" and "native" both run the torch forward, and the context still says "native".
+def _wrap_native_decode_path(change: Any) -> None:
+    """Replace Context._native_decode_path by ``change(self, name, step, reason)`` applied to
+    the original's result."""
     from reference_impl.decoder.context import Context
 
     original = Context._native_decode_path
 
     def native_decode_path(self: Context, name: str) -> tuple[Any, str]:
-        _step, reason = original(self, name)
-        return None, reason
+        return change(self, name, *original(self, name))
 
     Context._native_decode_path = native_decode_path  # type: ignore[method-assign]
+
+
+def _never_native(target: Any) -> Any:
+    # "auto" and "native" both run the torch forward, and the context still says "native".
+    _wrap_native_decode_path(lambda self, name, step, reason: (None, reason))
     return target
 
 
 def _fallback_raises(target: Any) -> Any:
     # "auto" refuses to create a context the native step cannot serve (no library, F16 K/V, ...)
     # instead of falling back to the torch forward.
-    from reference_impl.decoder.context import Context
     from reference_impl.errors import DecoderError
 
-    original = Context._native_decode_path
-
-    def native_decode_path(self: Context, name: str) -> tuple[Any, str]:
-        step, reason = original(self, name)
+    def change(self: Any, name: str, step: Any, reason: str) -> tuple[Any, str]:
         if step is None and name == "auto":
             raise DecoderError("DEC_NATIVE_UNAVAILABLE", reason, field="decode_path")
         return step, reason
 
-    Context._native_decode_path = native_decode_path  # type: ignore[method-assign]
+    _wrap_native_decode_path(change)
     return target
 
 

@@ -49,19 +49,34 @@ def test_build_failure_names_the_compiler_and_its_message(
     assert not list(cache.glob("*/*.so"))  # neither a library nor a half-written one
 
 
+def _step_args(model: Model, kv_size: int, **over: Any) -> dict[str, Any]:
+    """Arguments of one native step into a fresh one-stream cache of ``kv_size`` cells: token 5
+    at position 0 into cell 0, one thread (``over`` replaces any of them)."""
+    hp = model.hparams
+    k = [torch.zeros(1, kv_size, hp.n_head_kv, hp.head_dim) for _ in range(hp.n_layer)]
+    args: dict[str, Any] = {
+        "token": 5,
+        "embd": None,
+        "position": 0,
+        "k_cache": k,
+        "v_cache": [torch.zeros_like(t) for t in k],
+        "stream": 0,
+        "cell": 0,
+        "mask": torch.zeros(1, 1),
+        "logits": np.zeros(hp.n_vocab, dtype=np.float32),
+        "n_threads": 1,
+    }
+    return {**args, **over}
+
+
 def test_step_rejects_bad_arguments_before_running() -> None:
     model = Model.from_gguf(fixture_path("gqa"))
     step = model.native_step()
     hp = model.hparams
-    k = [torch.zeros(1, 16, hp.n_head_kv, hp.head_dim) for _ in range(hp.n_layer)]
-    v = [torch.zeros_like(t) for t in k]
-    logits = np.zeros(hp.n_vocab, dtype=np.float32)
-    ok: dict[str, Any] = dict(
-        token=5, embd=None, position=0, k_cache=k, v_cache=v, stream=0, cell=0,
-        mask=torch.zeros(1, 1), logits=logits, n_threads=1,
-    )  # fmt: skip
+    ok = _step_args(model, 16)
+    k, v = ok["k_cache"], ok["v_cache"]
     step(**ok)
-    assert np.isfinite(logits).all() and logits.any()
+    assert np.isfinite(ok["logits"]).all() and ok["logits"].any()
     for bad, words in (
         ({"cell": 16}, "outside the cache"),
         ({"mask": torch.zeros(1, 17)}, "outside the cache"),
@@ -81,17 +96,20 @@ def test_step_rejects_bad_arguments_before_running() -> None:
 def test_embedding_input_equals_the_token_path() -> None:
     model = Model.from_gguf(fixture_path("gqa"))
     step = model.native_step()
-    hp = model.hparams
     out = []
     for token, embd in ((7, None), (None, model.graph.token_embd[7].numpy())):
-        k = [torch.zeros(1, 8, hp.n_head_kv, hp.head_dim) for _ in range(hp.n_layer)]
-        v = [torch.zeros_like(t) for t in k]
-        logits = np.zeros(hp.n_vocab, dtype=np.float32)
-        step(
-            token=token, embd=embd, position=3, k_cache=k, v_cache=v, stream=0, cell=2,
-            mask=torch.zeros(1, 3), logits=logits, n_threads=2,
-        )  # fmt: skip
-        out.append(logits)
+        args = _step_args(
+            model,
+            8,
+            token=token,
+            embd=embd,
+            position=3,
+            cell=2,
+            mask=torch.zeros(1, 3),
+            n_threads=2,
+        )
+        step(**args)
+        out.append(args["logits"])
     assert np.array_equal(out[0], out[1])
 
 
@@ -100,14 +118,8 @@ def test_worker_threads_survive_a_fork() -> None:
         pytest.skip("no fork")
     model = Model.from_gguf(fixture_path("gqa"))
     step = model.native_step()
-    hp = model.hparams
-    k = [torch.zeros(1, 8, hp.n_head_kv, hp.head_dim) for _ in range(hp.n_layer)]
-    v = [torch.zeros_like(t) for t in k]
-    logits = np.zeros(hp.n_vocab, dtype=np.float32)
-    args: dict[str, Any] = dict(
-        token=7, embd=None, position=0, k_cache=k, v_cache=v, stream=0, cell=0,
-        mask=torch.zeros(1, 1), logits=logits, n_threads=2,
-    )  # fmt: skip
+    args = _step_args(model, 8, n_threads=2)
+    logits = args["logits"]
     step(**args)  # the parent's pool is running
     want = logits.copy()
     pid = os.fork()
