@@ -590,15 +590,13 @@ class Context:
         if name == "torch":
             return None, "decode_path='torch'"
         why: str | None = None
+        step = None
         if self.params.attention_backend != "torch":
             why = f"attention backend {self.params.attention_backend!r}"
         elif not isinstance(self.memory, KVCache) or self.memory.config.dtype != torch.float32:
             why = f"K/V dtype {self.params.kv_dtype} (the native step reads float32)"
         else:
-            why = self.model.native_unsupported()
-        step = None
-        if why is None:
-            try:
+            try:  # raises with the reason when the model or the library cannot serve it
                 step = self.model.native_step()
             except (RuntimeError, ValueError) as exc:
                 why = str(exc)

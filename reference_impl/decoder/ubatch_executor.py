@@ -18,7 +18,7 @@ import torch
 
 from reference_impl.batch.types import UBatch
 from reference_impl.decoder.pooling import POOLERS, PoolingType
-from reference_impl.errors import BatchError, DecoderError, EngineError
+from reference_impl.errors import DecoderError, EngineError
 from reference_impl.kv import mask as kv_mask
 from reference_impl.memory.status import ComputeStatus
 
@@ -74,21 +74,15 @@ def attended_columns(mask: torch.Tensor) -> int:
 def kv_reader(
     cache: Any, streams: tuple[int, ...], n_kv: int
 ) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    if cache.config.dtype != torch.float32:  # the forward reads float32 K/V (F16 caches)
-
-        def read_f32(il: int) -> tuple[torch.Tensor, torch.Tensor]:
-            views = [cache.kv_view(il, st, n_kv) for st in streams]
-            return torch.cat([k for k, _ in views]).float(), torch.cat(
-                [v for _, v in views]
-            ).float()
-
-        return read_f32
-    if len(streams) == 1:  # the views of every layer, made together before the forward
-        return cache.kv_views(streams[0], n_kv).__getitem__
+    if len(streams) == 1 and cache.config.dtype == torch.float32:
+        return cache.kv_views(streams[0], n_kv).__getitem__  # every layer's views, made once
 
     def read(il: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # several streams concatenated; an F16 cache read as float32 (the forward's dtype)
         views = [cache.kv_view(il, st, n_kv) for st in streams]
-        return torch.cat([k for k, _ in views]), torch.cat([v for _, v in views])
+        k = torch.cat([k for k, _ in views])
+        v = torch.cat([v for _, v in views])
+        return k.to(torch.float32), v.to(torch.float32)
 
     return read
 
@@ -218,17 +212,8 @@ def native_compute(
     logits straight into the output buffer's row ``row0`` when the token is an output."""
     tr = ctx.trace
     cache = ctx.memory
-    token = None
-    if ub.token is not None:
-        token = int(ub.token[0])
-        n_vocab = ctx.model.n_vocab
-        if not 0 <= token < n_vocab:
-            raise BatchError(
-                "MODEL_TOKEN_RANGE",
-                f"token id {token} is outside the vocabulary [0, {n_vocab})",
-                field="token",
-                index=0,
-            )
+    # the torch forward's own range check (BatchError MODEL_TOKEN_RANGE)
+    token = None if ub.token is None else int(ctx.model.graph.token_ids(ub.token[:1])[0])
     hidden = native(
         token=token,
         embd=None if ub.embd is None or token is not None else ub.embd[0],

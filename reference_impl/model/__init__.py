@@ -21,7 +21,7 @@ from reference_impl.errors import EngineError
 from reference_impl.model import gguf_loader, llama
 from reference_impl.model.gguf_loader import HParams, ModelWeights
 from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
-from reference_impl.native import NativeDecodeStep, unsupported
+from reference_impl.native import NativeDecodeStep
 from reference_impl.tokenizer import SpmTokenizer
 
 __all__ = [
@@ -158,21 +158,14 @@ class Model:
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.graph.logits_from_hidden(hidden)
 
-    def native_unsupported(self) -> str | None:
-        """Why this model cannot use the native one-token step (None: it can)."""
-        if self.graph.attention is not llama.sdpa_attention:
-            return "the model was built with its own attention function"
-        return unsupported(self.graph)
-
     def native_step(self) -> NativeDecodeStep:
         """The native one-token decode step over this model's weights (built on first use;
-        raises RuntimeError when the library cannot be built, ValueError when the model is
-        not supported)."""
+        raises RuntimeError when the library cannot be built, ValueError naming the reason
+        when the model is not supported)."""
         if self._native is None:
-            why = self.native_unsupported()
-            if why is not None:
-                raise ValueError(why)
-            self._native = NativeDecodeStep(self.graph)
+            if self.graph.attention is not llama.sdpa_attention:
+                raise ValueError("the model was built with its own attention function")
+            self._native = NativeDecodeStep(self.graph)  # checks the rest (native.unsupported)
         return self._native
 
     def rope_shift(

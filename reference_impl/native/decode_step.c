@@ -348,6 +348,3 @@ int dc_decode_one(const dc_model *m, const dc_step *s, float *scores, int n_thre
     pool_end();
     return 0;
 }
-
-/* Stop the workers (tests, interpreter exit). */
-void dc_shutdown(void) { pool_stop(); }

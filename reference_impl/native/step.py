@@ -18,7 +18,7 @@ import torch
 from reference_impl.native.build import NativeLibrary, load
 
 if TYPE_CHECKING:
-    from reference_impl.model.llama import LlamaForward
+    from reference_impl.model.llama import FusedLayer, LlamaForward
 
 _F = ctypes.POINTER(ctypes.c_float)
 _FF = ctypes.POINTER(_F)
@@ -73,6 +73,16 @@ def _f32_contiguous(t: torch.Tensor) -> bool:
     return t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
 
 
+def _layer_matrices(layer: FusedLayer) -> dict[str, torch.Tensor]:
+    """The layer's fused matrices as the C step reads them: row-major ``[n_out, n_in]``."""
+    return {
+        "wqkv": layer.wqkv_t.t(),
+        "wo": layer.wo_t.t(),
+        "w_gate_up": layer.w_gate_up_t.t(),
+        "w_down": layer.w_down_t.t(),
+    }
+
+
 def unsupported(graph: LlamaForward) -> str | None:
     """Why ``graph`` cannot run natively, or None when it can."""
     hp = graph.hparams
@@ -81,13 +91,7 @@ def unsupported(graph: LlamaForward) -> str | None:
     if hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
         return "n_head is not a multiple of n_head_kv"
     for il, layer in enumerate(graph.layers):
-        mats = {
-            "wqkv": layer.wqkv_t.t(),
-            "wo": layer.wo_t.t(),
-            "w_gate_up": layer.w_gate_up_t.t(),
-            "w_down": layer.w_down_t.t(),
-        }
-        for name, t in mats.items():
+        for name, t in _layer_matrices(layer).items():
             if not _f32_contiguous(t):
                 return f"layer {il} {name} is not a contiguous float32 CPU matrix"
     for name, t in (("token_embd", graph.token_embd), ("output", graph.output)):
@@ -119,11 +123,9 @@ class NativeDecodeStep:
         self.graph = graph
         hp = graph.hparams
         layers = graph.layers
-        self._keep = [  # the pointer arrays must outlive the struct
-            _ptrs([la.wqkv_t.t() for la in layers]),
-            _ptrs([la.wo_t.t() for la in layers]),
-            _ptrs([la.w_gate_up_t.t() for la in layers]),
-            _ptrs([la.w_down_t.t() for la in layers]),
+        mats = [_layer_matrices(la) for la in layers]
+        self._keep = [  # the pointer arrays must outlive the struct (order: _Model's fields)
+            _ptrs([m[name] for m in mats]) for name in ("wqkv", "wo", "w_gate_up", "w_down")
         ]
         self.output_norm = graph.output_norm.to(torch.float32).contiguous()
         self.model = _Model(
@@ -144,7 +146,6 @@ class NativeDecodeStep:
         self.scratch = torch.empty(int(lib.dc_scratch_floats(ctypes.byref(self.model))))
         self.scores = torch.empty(0)
         self.hidden = torch.empty(1, hp.n_embd)
-        self.n_calls = 0  # steps run natively (tests read it)
         self._cache_ptrs: tuple[object, ...] = ()
 
     def _cache_arrays(
@@ -230,5 +231,4 @@ class NativeDecodeStep:
         )
         if rc != 0:
             raise RuntimeError(f"native decode step rejected its arguments (rc {rc})")
-        self.n_calls += 1
         return self.hidden
