@@ -66,7 +66,7 @@ def make_gen(
         handle = load(model)
         info = target.model_info(handle)
         tokenize = None
-        if target.has("model.tokenize"):
+        if target.has("tokenizer.tokenize"):
 
             def tokenize(text: str) -> list[int]:
                 return list(target.tokenize(handle, text, True, False))

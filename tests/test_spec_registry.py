@@ -95,8 +95,10 @@ def source_problem(source: str) -> str | None:
 
 
 def decisions_section(text: str) -> str | None:
-    """The body under the first heading named Decisions (up to the next heading of its level)."""
+    """The bodies under every heading named Decisions (each up to the next heading of its level;
+    a file with two parts, like batch.md, has one per part), or None without such a heading."""
     lines = text.splitlines()
+    bodies: list[str] = []
     for i, line in enumerate(lines):
         m = _HEADING.match(line)
         if not m or not re.match(r"(?:\d+[.)]?\s*)?decisions?\b", m.group(2), re.IGNORECASE):
@@ -108,8 +110,8 @@ def decisions_section(text: str) -> str | None:
             if h and len(h.group(1)) <= level:
                 break
             body.append(nxt)
-        return "\n".join(body)
-    return None
+        bodies.append("\n".join(body))
+    return "\n".join(bodies) if bodies else None
 
 
 def decision_recorded(inv: Invariant, section: str) -> bool:

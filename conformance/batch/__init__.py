@@ -1,1 +1,1 @@
-"""Conformance tests of the batch sanitizer and splitter (spec/batch_sanitizer.md, spec/batch_split.md)."""
+"""Conformance tests of the batch sanitizer and splitter (spec/batch.md, spec/batch.md)."""

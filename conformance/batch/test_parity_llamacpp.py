@@ -247,14 +247,14 @@ def test_corpus_decode_matches_llamacpp(
     errors = {i: nmse(lc.rows[i], ref.rows[i]) for i in lc.rows}
     worst = max(errors.values(), default=0.0)
     if worst > NMSE_BAR and _coupled(case):
-        # Known divergence (spec/batch_sanitizer.md D15): accepted only when choosing another
+        # Known divergence (spec/batch.md D15): accepted only when choosing another
         # mask sequence for the coupled tokens makes the reference reproduce llama.cpp exactly.
         reference = next(e for e in engines if e[0] == "reference")
         choice = _mask_seq_choice(reference, case, unified, lc)
         assert choice is not None, f"{where}: output rows differ (NMSE {worst:.3e})"
         note = (
             f"{case.name}: llama.cpp masked the coupled tokens as the first of {choice}, the "
-            f"reference as the first of {tuple(case.token_seqs())} (batch_sanitizer.md D15)"
+            f"reference as the first of {tuple(case.token_seqs())} (batch.md D15)"
         )
         request.node.user_properties.append(("llamacpp_mask_sequences", note))
         warnings.warn(LlamaCppDivergence(note), stacklevel=1)

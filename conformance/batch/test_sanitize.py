@@ -1,4 +1,4 @@
-"""The sanitizer's rules, one invariant at a time (spec/batch_sanitizer.md)."""
+"""The sanitizer's rules, one invariant at a time (spec/batch.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The splitter's rules and properties (spec/batch_split.md)."""
+"""The splitter's rules and properties (spec/batch.md)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from conformance.decoder.helpers import batch, nmse, prompt
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator
 
-pytestmark = pytest.mark.requires("decode.logits", "decode.memory_ops")
+pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops")
 
 F32 = 1e-9  # NMSE bound of the f32 tolerance class (decode_phase.md D1)
 PROMPTS = [prompt(5), prompt(8, start=21), prompt(3, start=60), prompt(6, start=99)]
@@ -56,7 +56,7 @@ def test_one_token_per_active_sequence_fed_back_in_order(
 
 
 @pytest.mark.invariant("PHASE-003", "PHASE-004", "PHASE-006")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_each_step_is_one_call_one_ubatch_all_layers_in_order(
     make_gen: Callable[..., Generator],
 ) -> None:
@@ -132,7 +132,7 @@ def test_each_step_reads_the_full_history_and_adds_one_entry(
 
 
 @pytest.mark.invariant("PHASE-011", "PHASE-020")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_each_step_adds_exactly_one_cell_per_active_sequence(
     make_gen: Callable[..., Generator],
 ) -> None:
@@ -158,7 +158,7 @@ def test_each_step_adds_exactly_one_cell_per_active_sequence(
 
 
 @pytest.mark.invariant("PHASE-010")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_attention_never_reads_another_sequences_entries(
     make_gen: Callable[..., Generator],
 ) -> None:
@@ -187,7 +187,7 @@ def test_attention_never_reads_another_sequences_entries(
 
 
 @pytest.mark.invariant("PHASE-012")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_cached_kv_equals_a_single_batch_prefill(
     batched: tuple[Generator, GenerationResult], new_ctx: Callable[..., Any]
 ) -> None:
@@ -211,7 +211,7 @@ def test_cached_kv_equals_a_single_batch_prefill(
 
 
 @pytest.mark.invariant("PHASE-014", "PHASE-021")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=4)
     res = generate(gen)

@@ -15,7 +15,7 @@ from conformance.decoder.helpers import RETURN_CODES, batch, invalid, memory_vie
 from reference_impl.batch.types import Batch
 from reference_impl.memory.status import ComputeStatus
 
-pytestmark = pytest.mark.requires("decode.logits")
+pytestmark = pytest.mark.requires("decoder.logits")
 
 N_VOCAB = 508
 
@@ -23,7 +23,7 @@ N_VOCAB = 508
 def snapshot_state(ctx: Any, target: Any) -> Any:
     """Everything observable about the memory (the full cell table on the reference)."""
     view = memory_view(ctx)
-    if target.has("decode.introspection"):
+    if target.has("decoder.introspection"):
         return view, ctx.memory.state()
     return view
 
@@ -64,7 +64,7 @@ def test_rejected_batches_return_minus_one_and_change_nothing(
 
 
 @pytest.mark.invariant("DEC-017", "DEC-014")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 @pytest.mark.parametrize(("tokens", "index"), [([5, -1, 6], 1), ([5, 6, N_VOCAB, -3], 2)])
 def test_token_outside_vocabulary_names_the_first_bad_token(
     new_ctx: Callable[..., Any], tokens: list[int], index: int
@@ -83,7 +83,7 @@ def test_token_outside_vocabulary_names_the_first_bad_token(
 
 
 @pytest.mark.invariant("DEC-013")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_decode_rejects_non_batches_with_type_error(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=8)
     with pytest.raises(TypeError):
@@ -91,7 +91,7 @@ def test_decode_rejects_non_batches_with_type_error(new_ctx: Callable[..., Any])
 
 
 @pytest.mark.invariant("DEC-013", "DEC-014")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 @given(
     tokens=st.lists(st.integers(-2, N_VOCAB + 1), min_size=0, max_size=12),
     seqs=st.one_of(
@@ -119,7 +119,7 @@ def test_decode_always_returns_a_documented_code(
 
 
 @pytest.mark.invariant("DEC-018")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_batch_larger_than_n_batch_is_invalid(new_ctx: Callable[..., Any], target: Any) -> None:
     ctx = new_ctx(n_batch=8, n_ubatch=4)
     before = snapshot_state(ctx, target)
@@ -132,7 +132,7 @@ def test_batch_larger_than_n_batch_is_invalid(new_ctx: Callable[..., Any], targe
 
 
 @pytest.mark.invariant("DEC-019")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_non_causal_batch_larger_than_n_ubatch_is_invalid(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -145,7 +145,7 @@ def test_non_causal_batch_larger_than_n_ubatch_is_invalid(
 
 
 @pytest.mark.invariant("DEC-020")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_embedding_rows_of_the_wrong_width_are_invalid(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -160,7 +160,7 @@ def test_embedding_rows_of_the_wrong_width_are_invalid(
 
 
 @pytest.mark.invariant("DEC-021")
-@pytest.mark.requires("decode.embeddings")
+@pytest.mark.requires("decoder.embeddings")
 def test_embeddings_make_every_token_an_output(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True)
     assert ctx.decode(batch(prompt(5), out=[0, 1, 0, 0, 0])) == 0
@@ -169,7 +169,7 @@ def test_embeddings_make_every_token_an_output(new_ctx: Callable[..., Any]) -> N
 
 
 @pytest.mark.invariant("DEC-022")
-@pytest.mark.requires("decode.memory_ops")
+@pytest.mark.requires("decoder.memory_ops")
 def test_success_keeps_every_token_in_memory(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4, n_seq_max=3, kv_unified=True)
     assert ctx.decode(batch(prompt(4), seqs=[[2]] * 4)) == 0
@@ -185,7 +185,7 @@ def _fill(ctx: Any, n: int, n_batch: int) -> None:
 
 
 @pytest.mark.invariant("DEC-023")
-@pytest.mark.requires("decode.memory_ops")
+@pytest.mark.requires("decoder.memory_ops")
 def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -195,14 +195,14 @@ def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
     assert ctx.decode(batch(prompt(10))) == 1
     assert snapshot_state(ctx, target) == before
     assert np.array_equal(ctx.get_logits_ith(-1), logits)
-    if target.has("decode.errors"):
+    if target.has("decoder.errors"):
         assert ctx.last_error.code == "DEC_NO_SLOT"
     assert ctx.decode(batch(prompt(6))) == 0  # what fits still fits
     assert ctx.seq_pos_max(0) == 255
 
 
 @pytest.mark.invariant("DEC-024")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_failed_prepare_gets_one_optimizing_update_and_no_blind_retry(
     new_ctx: Callable[..., Any],
 ) -> None:
@@ -217,7 +217,7 @@ def test_failed_prepare_gets_one_optimizing_update_and_no_blind_retry(
 
 
 @pytest.mark.invariant("DEC-027", "DEC-028")
-@pytest.mark.requires("decode.faults", "decode.memory_ops")
+@pytest.mark.requires("decoder.faults", "decoder.memory_ops")
 @pytest.mark.parametrize(
     ("status", "code"), [(ComputeStatus.ALLOC_FAILED, -2), (ComputeStatus.FAILED, -3)]
 )
@@ -237,7 +237,7 @@ def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
 
 
 @pytest.mark.invariant("DEC-028")
-@pytest.mark.requires("decode.faults", "decode.memory_ops")
+@pytest.mark.requires("decoder.faults", "decoder.memory_ops")
 def test_rollback_covers_every_sequence_of_a_coupled_token(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=8, n_seq_max=2, kv_unified=True)
     assert ctx.decode(batch(prompt(2), seqs=[[0, 1]] * 2)) == 0
@@ -247,7 +247,7 @@ def test_rollback_covers_every_sequence_of_a_coupled_token(new_ctx: Callable[...
 
 
 @pytest.mark.invariant("DEC-029", "DEC-027")
-@pytest.mark.requires("decode.abort", "decode.memory_ops")
+@pytest.mark.requires("decoder.abort", "decoder.memory_ops")
 def test_abort_on_first_ubatch_returns_two_and_restores_memory(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -260,7 +260,7 @@ def test_abort_on_first_ubatch_returns_two_and_restores_memory(
 
 
 @pytest.mark.invariant("DEC-030")
-@pytest.mark.requires("decode.abort", "decode.memory_ops")
+@pytest.mark.requires("decoder.abort", "decoder.memory_ops")
 def test_abort_from_ubatch_k_keeps_the_earlier_ubatches(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
 
@@ -275,7 +275,7 @@ def test_abort_from_ubatch_k_keeps_the_earlier_ubatches(new_ctx: Callable[..., A
 
 
 @pytest.mark.invariant("DEC-011", "DEC-031", "DEC-042")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_trace_follows_the_seven_steps(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4, trace=True)
     assert ctx.decode(batch(prompt(6), out=[1, 0, 0, 1, 0, 1])) == 0
@@ -295,7 +295,7 @@ def test_trace_follows_the_seven_steps(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-012")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 @pytest.mark.parametrize("flags", [[1, 0, 0, 1, 0, 1, 1], None, [0] * 6 + [1]])
 def test_per_ubatch_output_counts(new_ctx: Callable[..., Any], flags: Any) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=3, trace=True)

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.decoder.helpers import batch, invalid, nmse, prompt
 
-pytestmark = pytest.mark.requires("decode.logits")
+pytestmark = pytest.mark.requires("decoder.logits")
 
 
 def last_call_updates(ctx: Any) -> list[dict[str, Any]]:
@@ -18,7 +18,7 @@ def last_call_updates(ctx: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.invariant("DEC-034", "DEC-035")
-@pytest.mark.requires("decode.introspection", "decode.memory_ops")
+@pytest.mark.requires("decoder.introspection", "decoder.memory_ops")
 def test_every_decode_runs_one_update_first_which_reports_applied_work(
     new_ctx: Callable[..., Any],
 ) -> None:
@@ -38,7 +38,7 @@ def test_every_decode_runs_one_update_first_which_reports_applied_work(
 
 
 @pytest.mark.invariant("DEC-036")
-@pytest.mark.requires("decode.introspection", "decode.memory_ops")
+@pytest.mark.requires("decoder.introspection", "decoder.memory_ops")
 def test_applied_update_discards_plans(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     assert ctx.decode(batch(prompt(4))) == 0
@@ -58,7 +58,7 @@ def test_applied_update_discards_plans(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-037")
-@pytest.mark.requires("decode.shift", "decode.memory_ops")
+@pytest.mark.requires("decoder.shift", "decoder.memory_ops")
 @pytest.mark.parametrize("delta", [3, 17])
 def test_shifted_memory_matches_a_fresh_context_at_the_shifted_positions(
     new_ctx: Callable[..., Any], delta: int
@@ -76,7 +76,7 @@ def test_shifted_memory_matches_a_fresh_context_at_the_shifted_positions(
 
 
 @pytest.mark.invariant("DEC-053")
-@pytest.mark.requires("decode.shift", "decode.memory_ops")
+@pytest.mark.requires("decoder.shift", "decoder.memory_ops")
 def test_context_shift_discard_then_shift_down(new_ctx: Callable[..., Any]) -> None:
     """The usual "context shift": drop the oldest tokens and move the rest down. With one layer
     the cached K/V of a token depend only on the token and its position, so the shifted cache
@@ -95,7 +95,7 @@ def test_context_shift_discard_then_shift_down(new_ctx: Callable[..., Any]) -> N
 
 
 @pytest.mark.invariant("DEC-054")
-@pytest.mark.requires("decode.shift", "decode.memory_ops")
+@pytest.mark.requires("decoder.shift", "decoder.memory_ops")
 def test_divided_positions_match_a_fresh_context(new_ctx: Callable[..., Any]) -> None:
     toks = prompt(10)
     ctx = new_ctx("layer1", n_batch=16)
@@ -110,7 +110,7 @@ def test_divided_positions_match_a_fresh_context(new_ctx: Callable[..., Any]) ->
 
 
 @pytest.mark.invariant("DEC-038", "DEC-039", "DEC-040")
-@pytest.mark.requires("decode.memory_ops")
+@pytest.mark.requires("decoder.memory_ops")
 def test_memory_operations_through_the_context(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True)
     assert ctx.decode(batch(prompt(6), seqs=[[0]] * 6)) == 0
@@ -130,7 +130,7 @@ def test_memory_operations_through_the_context(new_ctx: Callable[..., Any]) -> N
 
 
 @pytest.mark.invariant("DEC-041")
-@pytest.mark.requires("decode.memory_ops")
+@pytest.mark.requires("decoder.memory_ops")
 def test_memory_operations_keep_the_last_outputs(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=2, kv_unified=True)
     assert ctx.decode(batch(prompt(5), all_out=True)) == 0
@@ -143,7 +143,7 @@ def test_memory_operations_keep_the_last_outputs(new_ctx: Callable[..., Any]) ->
 
 
 @pytest.mark.invariant("DEC-043", "DEC-044")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_plans_are_reused_exactly_for_identical_shapes(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=300, n_ubatch=300, trace=True)
     assert ctx.decode(batch(prompt(250))) == 0
@@ -168,7 +168,7 @@ def test_plans_are_reused_exactly_for_identical_shapes(new_ctx: Callable[..., An
 
 
 @pytest.mark.invariant("DEC-045")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_plan_reuse_never_changes_results(new_ctx: Callable[..., Any]) -> None:
     rows = {}
     for reuse in (True, False):
@@ -183,7 +183,7 @@ def test_plan_reuse_never_changes_results(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-052")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_output_count_and_mapping_are_exposed(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=8)
     assert ctx.decode(batch(prompt(4), out=[0, 1, 0, 1])) == 0

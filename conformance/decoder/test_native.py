@@ -16,7 +16,7 @@ import torch
 from conformance.decoder.helpers import batch, nmse, prompt
 from conformance.fixtures.gguf_models import fixture_path
 
-pytestmark = pytest.mark.requires("decode.introspection")
+pytestmark = pytest.mark.requires("decoder.introspection")
 
 
 def _paths(ctx: Any) -> list[str]:

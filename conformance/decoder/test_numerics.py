@@ -11,7 +11,7 @@ import pytest
 
 from conformance.decoder.helpers import batch, nmse, prompt
 
-pytestmark = pytest.mark.requires("decode.logits")
+pytestmark = pytest.mark.requires("decoder.logits")
 
 
 @pytest.mark.invariant("DEC-055")
@@ -52,7 +52,7 @@ def test_logits_do_not_depend_on_the_split(
 
 
 @pytest.mark.invariant("DEC-058")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 @pytest.mark.parametrize("backend", ["triton-1pass", "triton-2pass"])
 def test_triton_attention_backend_matches_the_torch_path(
     new_ctx: Callable[..., Any], backend: str

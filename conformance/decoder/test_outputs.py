@@ -16,7 +16,7 @@ from conformance.decoder.helpers import batch, invalid, nmse, prompt
 from reference_impl.batch.types import Batch
 from reference_impl.memory.status import ComputeStatus
 
-pytestmark = pytest.mark.requires("decode.logits")
+pytestmark = pytest.mark.requires("decoder.logits")
 
 
 def multi_seq_batch(n_seq: int, per_seq: int, flags: list[int] | None = None) -> Batch:
@@ -41,7 +41,7 @@ def selection_sort_swaps(order: list[int]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.invariant("OUT-001", "OUT-002")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=64, n_seq_max=4, kv_unified=True, embeddings=True)
     out = ctx.outputs
@@ -58,7 +58,7 @@ def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("OUT-003", "OUT-022")
-@pytest.mark.requires("decode.faults")
+@pytest.mark.requires("decoder.faults")
 def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
     assert ctx.decode(batch(prompt(6), all_out=True)) == 0
@@ -71,7 +71,7 @@ def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> No
 
 
 @pytest.mark.invariant("OUT-022")
-@pytest.mark.requires("decode.abort")
+@pytest.mark.requires("decoder.abort")
 def test_aborted_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
     assert ctx.decode(batch(prompt(3), all_out=True)) == 0
@@ -81,7 +81,7 @@ def test_aborted_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> N
 
 
 @pytest.mark.invariant("OUT-004", "DEC-006")
-@pytest.mark.requires("decode.errors", "decode.memory_ops")
+@pytest.mark.requires("decoder.errors", "decoder.memory_ops")
 def test_more_outputs_than_n_outputs_max_is_invalid(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=32, n_outputs_max=4)
     assert ctx.decode(batch(prompt(6), all_out=True)) == -1
@@ -94,7 +94,7 @@ def test_more_outputs_than_n_outputs_max_is_invalid(new_ctx: Callable[..., Any])
 
 
 @pytest.mark.invariant("OUT-005", "OUT-007", "OUT-006")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_rows_follow_emission_order_and_swaps_are_a_selection_sort(
     new_ctx: Callable[..., Any],
 ) -> None:
@@ -116,7 +116,7 @@ def test_rows_follow_emission_order_and_swaps_are_a_selection_sort(
 
 
 @pytest.mark.invariant("OUT-008", "OUT-009")
-@pytest.mark.requires("decode.introspection", "decode.embeddings")
+@pytest.mark.requires("decoder.introspection", "decoder.embeddings")
 def test_swaps_apply_on_first_access_only(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=32, n_ubatch=8, n_seq_max=2, embeddings=True, pooling=1)
     assert ctx.decode(multi_seq_batch(2, 4)) == 0
@@ -201,7 +201,7 @@ def test_accessor_index_semantics(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("OUT-014", "OUT-015", "OUT-016")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_accessor_error_codes(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16)
     assert ctx.decode(batch(prompt(3), out=[0, 1, 0])) == 0
@@ -235,7 +235,7 @@ def test_invalid_access_changes_nothing(target: Any, load: Callable[[str], Any],
 
 
 @pytest.mark.invariant("OUT-020")
-@pytest.mark.requires("decode.embeddings")
+@pytest.mark.requires("decoder.embeddings")
 def test_token_embeddings_accessor(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True, pooling=0)
     assert ctx.decode(batch(prompt(4))) == 0

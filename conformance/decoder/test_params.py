@@ -10,7 +10,7 @@ import pytest
 
 from conformance.decoder.helpers import batch, invalid, prompt
 
-pytestmark = pytest.mark.requires("decode.logits")
+pytestmark = pytest.mark.requires("decoder.logits")
 
 N_CTX_TRAIN = 256  # of the fixture models
 
@@ -99,7 +99,7 @@ def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-008")
-@pytest.mark.requires("decode.embeddings")
+@pytest.mark.requires("decoder.embeddings")
 def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True, pooling=-1)
     assert ctx.decode(batch(prompt(4))) == 0
@@ -113,7 +113,7 @@ def test_more_sequences_than_output_rows_is_refused_at_creation(
 ) -> None:
     with pytest.raises(Exception) as exc:
         new_ctx(n_seq_max=128, n_batch=64, kv_unified=True)
-    if target.has("decode.errors"):
+    if target.has("decoder.errors"):
         assert (getattr(exc.value, "code", None), getattr(exc.value, "field", None)) == (
             "DEC_N_OUTPUTS_MAX",
             "n_seq_max",

@@ -29,7 +29,7 @@ def llama() -> Any:
 
 
 # llama.cpp quantizes activations to Q8_0 for quantized weight matmuls: its own drift vs exact
-# math is ~5e-5 there (spec/model_loading.md), so the bound is test-llama-archs' 1e-4.
+# math is ~5e-5 there (spec/model.md), so the bound is test-llama-archs' 1e-4.
 NMSE_BOUND = 1e-4
 
 

@@ -12,7 +12,7 @@ import pytest
 from conformance.decoder.helpers import batch, invalid, nmse, prompt
 from reference_impl.decoder.pooling import PoolingType
 
-pytestmark = pytest.mark.requires("decode.embeddings")
+pytestmark = pytest.mark.requires("decoder.embeddings")
 
 NONE, MEAN, CLS, LAST, RANK = 0, 1, 2, 3, 4
 # Three sequences; token 7 is shared by sequences 1 and 2; sequence 0 repeats positions 0 and 2.
@@ -101,7 +101,7 @@ def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..
 
 
 @pytest.mark.invariant("OUT-028")
-@pytest.mark.requires("decode.errors")
+@pytest.mark.requires("decoder.errors")
 def test_rank_pooling_without_classifier_is_refused(
     target: Any, load: Callable[[str], Any]
 ) -> None:
@@ -132,7 +132,7 @@ def test_pooled_embeddings_cover_exactly_the_last_batch(new_ctx: Callable[..., A
 
 
 @pytest.mark.invariant("OUT-031", "OUT-032")
-@pytest.mark.requires("decode.introspection")
+@pytest.mark.requires("decoder.introspection")
 def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True)
     flags = [0, 1, 1, 0, 1, 0, 1, 1, 0, 1]

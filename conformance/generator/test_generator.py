@@ -12,7 +12,7 @@ from conformance.decoder.helpers import memory_view, prompt
 from reference_impl.errors import GeneratorError
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator, TraceStep
 
-pytestmark = pytest.mark.requires("decode.logits", "decode.memory_ops")
+pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops")
 
 N_VOCAB = 508
 
@@ -154,7 +154,7 @@ def test_context_limit_finishes_a_sequence(make_gen: Callable[..., Generator]) -
 
 
 @pytest.mark.invariant("GEN-010")
-@pytest.mark.requires("decode.abort")
+@pytest.mark.requires("decoder.abort")
 def test_failed_decode_ends_generation_with_its_code(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=1)
 
@@ -220,7 +220,7 @@ def test_each_prompt_has_its_own_seeded_stream(make_gen: Callable[..., Generator
 
 
 @pytest.mark.invariant("GEN-017")
-@pytest.mark.requires("model.tokenize")
+@pytest.mark.requires("tokenizer.tokenize")
 def test_string_prompts_are_tokenized_once_with_bos(
     make_gen: Callable[..., Generator], target: Any, load: Any
 ) -> None:

@@ -18,7 +18,7 @@ import pytest
 from conformance.decoder.helpers import prompt
 from reference_impl.generator import GenerationRequest, Generator
 
-pytestmark = pytest.mark.requires("decode.logits", "decode.memory_ops", "decode.introspection")
+pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops", "decoder.introspection")
 
 CASES: dict[str, dict[str, Any]] = {
     "greedy-two-prompts": dict(prompts=[prompt(6), prompt(9, start=40)], max_tokens=12),

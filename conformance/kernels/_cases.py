@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from conformance.kernels import _oracle
+from conformance.kv_quant import oracle as quant_oracle
 from kernels._triton import kernel_device
 from kernels.decoupled_cache import DecoupledDims, NullKV
 
@@ -158,7 +159,7 @@ def oracle_inputs(cache: Any, null: NullKV | None) -> _oracle.DecoupledInputs:
         n_pre = cache.prefix_len
         if fmt.quantized:
             assert ct.codes is not None and ct.scales is not None
-            pre = _oracle.dequantize(
+            pre = quant_oracle.dequantize(
                 ct.codes[:, :n_pre].cpu().numpy(),
                 ct.scales[:, :n_pre].cpu().numpy(),
                 fmt.kind,
@@ -214,3 +215,23 @@ def build_decoupled(case: DecoupledCase, target: Any) -> DecoupledInputs:
         q_sem.double().cpu().numpy(), q_geo.double().cpu().numpy(), oin, ss, gs
     )
     return DecoupledInputs(q_sem, q_geo, cache, null, ss, gs, expected, oin)
+
+
+FUSED = ("triton-1pass", "triton-2pass")
+REQUEST = {"triton-1pass": "1pass", "triton-2pass": "2pass", "streaming": "streaming"}
+
+
+def fused_paths(target: Any) -> list[str]:
+    """The fused decoupled decode paths the target offers."""
+    return [p for p in FUSED if p in target.decoupled_decode_paths()]
+
+
+def decode_path(
+    target: Any, inp: DecoupledInputs, path: str, ps: int = 32, **kw: Any
+) -> torch.Tensor:
+    """Decoupled decode of ``inp`` on ``path``, asserting that ``path`` is the one that ran."""
+    out, record = target.decoupled_decode(
+        inp.q_sem, inp.q_geo, inp.cache, kw.pop("null", inp.null), REQUEST[path], ps, **kw
+    )
+    assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
+    return out

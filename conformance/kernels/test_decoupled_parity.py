@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 from conformance.kernels import _cases, _tolerance
 from conformance.strategies import kernels as ks
 
-pytestmark = pytest.mark.requires("kernels.decoupled_cache", "kernels.decoupled_decode")
+pytestmark = pytest.mark.requires("decoupled.cache", "kernels.decoupled_decode")
 
-REQUEST = {"triton-1pass": "1pass", "triton-2pass": "2pass", "streaming": "streaming"}
 NULL_INVARIANT = {"triton-1pass": "KRN-013", "triton-2pass": "KRN-014"}
 PATH_INVARIANT = {"triton-1pass": "KRN-010", "triton-2pass": "KRN-011"}
 
@@ -36,23 +35,15 @@ LENGTHS = [(0, 0), (5, 0), (77, 0), (20, 24), (29, 24), (101, 24)]
 PARTITIONS = (32, 64)
 
 
-def decode(target: Any, inp: _cases.DecoupledInputs, path: str, partition_size: int) -> Any:
-    out, record = target.decoupled_decode(
-        inp.q_sem, inp.q_geo, inp.cache, inp.null, REQUEST[path], partition_size
-    )
-    assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
-    return out
-
-
 def _check(target: Any, case: _cases.DecoupledCase, path: str, partition_size: int) -> None:
     if path != "streaming" and path not in target.decoupled_decode_paths():
         pytest.skip(f"target offers no {path} kernel")
     inp = _cases.build_decoupled(case, target)
-    out = decode(target, inp, path, partition_size)
+    out = _cases.decode_path(target, inp, path, partition_size)
     what = f"{path} ps={partition_size} {case.id()}"
     _tolerance.assert_close(out, inp.expected, what, n_keys=case.length)
     if path != "streaming":  # and against the target's own streaming reference
-        ref = decode(target, inp, "streaming", partition_size)
+        ref = _cases.decode_path(target, inp, "streaming", partition_size)
         _tolerance.assert_close(out, _tolerance.as_array(ref), f"{what} vs streaming", case.length)
 
 

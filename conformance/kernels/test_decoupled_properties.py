@@ -1,12 +1,12 @@
 """Properties of decoupled decode: null token once, partition invariance, scales, dtypes.
 
-spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019 and spec/decoupled.md DBA-001, DBA-002.
+spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019 (the decoupled attention they compute,
+DBA-001/DBA-002, is checked in conformance/decoupled).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
@@ -16,27 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.kernels import _cases, _oracle, _tolerance
+from conformance.kernels._cases import REQUEST, decode_path, fused_paths
 from conformance.strategies import kernels as ks
 from kernels.decoupled_cache import NullKV
 
-pytestmark = pytest.mark.requires("kernels.decoupled_cache", "kernels.decoupled_decode")
-
-FUSED = ("triton-1pass", "triton-2pass")
-REQUEST = {"triton-1pass": "1pass", "triton-2pass": "2pass", "streaming": "streaming"}
-
-
-def _decode(
-    target: Any, inp: _cases.DecoupledInputs, path: str, ps: int = 32, **kw: Any
-) -> torch.Tensor:
-    out, record = target.decoupled_decode(
-        inp.q_sem, inp.q_geo, inp.cache, kw.pop("null", inp.null), REQUEST[path], ps, **kw
-    )
-    assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
-    return out
-
-
-def _fused(target: Any) -> list[str]:
-    return [p for p in FUSED if p in target.decoupled_decode_paths()]
+pytestmark = pytest.mark.requires("decoupled.cache", "kernels.decoupled_decode")
 
 
 def _dominant_null(inp: _cases.DecoupledInputs, logit: float) -> NullKV:
@@ -78,11 +62,11 @@ def _with_null(inp: _cases.DecoupledInputs, null: NullKV | None) -> np.ndarray:
 )
 @pytest.mark.parametrize("length,resid", [(0, 0), (0, 16), (12, 16), (200, 0), (230, 30)])
 def test_a_heavy_null_token_counts_once(target: Any, path: str, length: int, resid: int) -> None:
-    if path not in _fused(target):
+    if path not in fused_paths(target):
         pytest.skip(f"no {path}")
     inp = _cases.build_decoupled(_cases.DecoupledCase(length=length, resid=resid, seed=11), target)
     null = _dominant_null(inp, logit=4.0)  # weight e^4 against O(1) logits: doubling it shows
-    out = _decode(target, inp, path, 32, null=null)  # 200 tokens: 7 launches / partitions
+    out = decode_path(target, inp, path, 32, null=null)  # 200 tokens: 7 launches / partitions
     _tolerance.assert_close(out, _with_null(inp, null), f"{path} L={length} resid={resid}")
 
 
@@ -92,8 +76,8 @@ def test_empty_cache_with_null_outputs_v_null(target: Any, null_mode: str) -> No
     inp = _cases.build_decoupled(_cases.DecoupledCase(length=0, null=null_mode, seed=5), target)
     assert inp.null is not None
     want = inp.null.expanded(2).v.float()
-    for path in _fused(target):
-        out = _decode(target, inp, path)
+    for path in fused_paths(target):
+        out = decode_path(target, inp, path)
         assert torch.equal(out, want), f"{path}: empty cache with null must output v_null exactly"
 
 
@@ -112,9 +96,9 @@ def test_partition_count_does_not_change_the_result(
         _cases.DecoupledCase(length=length, resid=resid, null=null, seed=seed), target
     )
     outs = {}
-    for path in _fused(target):
+    for path in fused_paths(target):
         for ps in (32, 96, 256):
-            outs[(path, ps)] = _decode(target, inp, path, ps)
+            outs[(path, ps)] = decode_path(target, inp, path, ps)
     first = next(iter(outs.values())).double().cpu().numpy()
     for key, out in outs.items():
         _tolerance.assert_close(out, inp.expected, f"{key} vs oracle")
@@ -131,9 +115,9 @@ def test_a_hopeless_null_token_changes_nothing(target: Any, length: int, resid: 
     real += np.einsum("bhd,bhnd->bhn", inp.q_geo.double().cpu().numpy(), o.k_geo) * inp.geo_scale
     assert real.min() > -1000.0 + 200.0, "the null logit must be far below every real logit"
     no_null = _with_null(inp, None)
-    for path in [*_fused(target), "streaming"]:
-        with_null = _decode(target, inp, path, 32, null=null)
-        without = _decode(target, inp, path, 32, null=None)
+    for path in [*fused_paths(target), "streaming"]:
+        with_null = decode_path(target, inp, path, 32, null=null)
+        without = decode_path(target, inp, path, 32, null=None)
         _tolerance.assert_close(
             with_null, without.double().cpu().numpy(), f"{path}: null vs no null"
         )
@@ -154,46 +138,8 @@ def test_fp16_queries(target: Any, null: str) -> None:
         inp.sem_scale,
         inp.geo_scale,
     )
-    for path in [*_fused(target), "streaming"]:
+    for path in [*fused_paths(target), "streaming"]:
         out, record = target.decoupled_decode(q_sem, q_geo, inp.cache, inp.null, REQUEST[path], 32)
         assert record.path == path
         assert out.dtype == torch.float16
         _tolerance.assert_close(out, want, path)
-
-
-@pytest.mark.invariant("DBA-001")
-def test_semantic_and_geometric_logits_add_with_their_scales(target: Any) -> None:
-    inp = _cases.build_decoupled(_cases.DecoupledCase(length=45, resid=5, seed=13), target)
-    for ss, gs in ((0.9, 0.05), (0.0, 1.0 / math.sqrt(32)), (1.0 / math.sqrt(16), 0.0)):
-        want = _oracle.decoupled(
-            inp.q_sem.double().cpu().numpy(),
-            inp.q_geo.double().cpu().numpy(),
-            inp.oracle_inputs,
-            ss,
-            gs,
-        )
-        for path in [*_fused(target), "streaming"]:
-            out = _decode(target, inp, path, 32, sem_scale=ss, geo_scale=gs)
-            _tolerance.assert_close(out, want, f"{path} sem_scale={ss} geo_scale={gs}")
-    # Defaults: 1/sqrt(per-head dim) of each part.
-    for path in [*_fused(target), "streaming"]:
-        _tolerance.assert_close(_decode(target, inp, path), inp.expected, f"{path} default scales")
-
-
-@pytest.mark.invariant("DBA-002")
-def test_zero_null_is_a_logit_zero_sink(target: Any) -> None:
-    inp = _cases.build_decoupled(_cases.DecoupledCase(length=30, seed=17), target)
-    h, d = inp.cache.dims.n_head, inp.cache.dims
-    null = NullKV(
-        *(
-            torch.zeros(h, w, device=_cases.DEVICE)
-            for w in (d.sem_head_dim, d.geo_head_dim, d.v_head_dim)
-        )
-    )
-    o = inp.oracle_inputs
-    s = np.einsum("bhd,bhnd->bhn", inp.q_sem.double().cpu().numpy(), o.k_sem) * inp.sem_scale
-    s += np.einsum("bhd,bhnd->bhn", inp.q_geo.double().cpu().numpy(), o.k_geo) * inp.geo_scale
-    e = np.exp(s)
-    want = np.einsum("bhn,bhnd->bhd", e, o.v) / (1.0 + e.sum(axis=-1))[..., None]
-    for path in [*_fused(target), "streaming"]:
-        _tolerance.assert_close(_decode(target, inp, path, 32, null=null), want, path)

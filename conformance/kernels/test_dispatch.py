@@ -8,7 +8,7 @@ import pytest
 
 from conformance.kernels import _cases, _tolerance
 
-DECOUPLED = ("kernels.decoupled_cache", "kernels.decoupled_decode")
+DECOUPLED = ("decoupled.cache", "kernels.decoupled_decode")
 
 
 @pytest.mark.requires(*DECOUPLED)

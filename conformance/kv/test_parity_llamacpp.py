@@ -15,7 +15,7 @@ and after every operation all four must report the same decode acceptance and th
 last token of each sequence of every decode (KV-028). A few hand-picked sequences (shared cells
 then ``seq_keep``, a K-shift then a decode, a cross-stream copy then a decode) run first.
 
-Known differences (spec/kv_cache.md): D1, the K-shift of ``seq_div`` rotating keys the wrong way
+Known differences (spec/kv.md): D1, the K-shift of ``seq_div`` rotating keys the wrong way
 in llama.cpp, leaves positions alone, so sequences with ``seq_div`` are replayed and only their
 logits after the division are not compared; :func:`test_seq_div_k_shift_llamacpp_defect` shows
 the defect and reports it. D4 (the search head after an empty range) is invisible through the
@@ -74,8 +74,7 @@ CONFIGS = {
     "one_seq": ModelConfig(kv_size=KV_SIZE, n_seq_max=1),
 }
 NO_SWA = (
-    "no sliding-window GGUF fixture: llama.cpp's window purge (spec/kv_cache.md D2) cannot be "
-    "compared"
+    "no sliding-window GGUF fixture: llama.cpp's window purge (spec/kv.md D2) cannot be compared"
 )
 REPLAY_INVARIANTS = (
     "KV-028",
@@ -96,7 +95,7 @@ Rows = dict[int, np.ndarray]  # batch index -> logits row, for one operation
 
 
 class LlamaCppDefect(UserWarning):
-    """A llama.cpp defect seen in this run (spec/kv_cache.md Decisions)."""
+    """A llama.cpp defect seen in this run (spec/kv.md Decisions)."""
 
 
 def _report(request: pytest.FixtureRequest, note: str) -> None:
@@ -369,7 +368,7 @@ def test_seq_keep_streams_llamacpp_defect(
 ) -> None:
     """``llama_memory_seq_keep(s)`` is documented to remove every token not in ``s``. With one
     stream it does; with a stream per sequence it only walks ``s``'s stream, so the other
-    sequences survive (spec/kv_cache.md D7). The reference reproduces it (KV-017). Fails if
+    sequences survive (spec/kv.md D7). The reference reproduces it (KV-017). Fails if
     llama.cpp changes; reports the defect while it is there."""
     cfg = CONFIGS[name]
     seen = {}
@@ -384,7 +383,7 @@ def test_seq_keep_streams_llamacpp_defect(
     if other != (-1, -1):
         _report(
             request,
-            "spec/kv_cache.md D7: with a KV stream per sequence, llama_memory_seq_keep(0) left "
+            "spec/kv.md D7: with a KV stream per sequence, llama_memory_seq_keep(0) left "
             f"sequence 1 at positions {other}",
         )
 
@@ -394,7 +393,7 @@ def test_seq_div_k_shift_llamacpp_defect(contexts: Any, request: pytest.FixtureR
     """After ``seq_div`` the next decode must see the cached keys at their divided positions,
     exactly as a fresh context holding those positions (one layer: a key depends only on its
     token and position). The reference does (KV-025); llama.cpp's ``pos_div`` accumulates
-    ``old - new`` and rotates the keys away from their new positions (spec/kv_cache.md D1).
+    ``old - new`` and rotates the keys away from their new positions (spec/kv.md D1).
     ``seq_add`` is the control: both engines match the fresh context. Fails if llama.cpp
     changes; reports the defect while it is there."""
     cfg = CONFIGS["one_seq"]
@@ -424,7 +423,7 @@ def test_seq_div_k_shift_llamacpp_defect(contexts: Any, request: pytest.FixtureR
     assert llama_div > 100 * NMSE_BAR, f"llama.cpp's seq_div K-shift now matches: {llama_div}"
     _report(
         request,
-        "spec/kv_cache.md D1: after llama_memory_seq_div the next decode's logits differ from a "
+        "spec/kv.md D1: after llama_memory_seq_div the next decode's logits differ from a "
         f"fresh context at the divided positions (NMSE {llama_div:.2e}; reference "
         f"{nmse_vs_fresh[('div', 'reference')]:.1e})",
     )

@@ -1,4 +1,4 @@
-"""Golden scenarios for every sequence operation (spec/kv_cache.md KV-013 .. KV-021)."""
+"""Golden scenarios for every sequence operation (spec/kv.md KV-013 .. KV-021)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,16 @@
-"""Decoder, generator and decode-phase mutants: one deliberate defect each (see tests/meta)."""
+"""Decoder mutants: one deliberate defect each (see tests/meta).
+
+The native one-token step's own defects (decision D17) are broken *builds* of the same C source
+(``DC_MUTANT_*`` defines, compiled into their own cached library); the others patch the Python
+around it. DEC-060 .. DEC-063 must catch each against the torch forward.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import torch
 
 from conformance.mutants import Mutant, replace
 
@@ -130,24 +136,6 @@ def _rows(ub: Any, better: Any) -> dict[int, int]:
     return row
 
 
-def _kv_written_twice(target: Any) -> Any:
-    """Every ubatch is placed in the memory twice (a second copy of each entry)."""
-    from reference_impl.memory.kv import KVBatchContext
-
-    original = KVBatchContext.apply
-
-    def apply(self: KVBatchContext) -> bool:
-        ok = original(self)
-        ub = self.get_ubatch()
-        extra = self.cache.find_slot(ub)
-        if extra is not None:
-            self.cache.apply_ubatch(extra, ub)
-        return ok
-
-    KVBatchContext.apply = apply  # type: ignore[method-assign]
-    return target
-
-
 def _outputs_dropped_before_validation(target: Any) -> Any:
     from reference_impl.decoder.context import Context
 
@@ -159,70 +147,6 @@ def _outputs_dropped_before_validation(target: Any) -> Any:
         return original(self, batch)
 
     Context._decode = _decode  # type: ignore[method-assign]
-    return target
-
-
-def _stop_token_returned(target: Any) -> Any:
-    from reference_impl.generator import Generator
-
-    original = Generator._advance
-
-    def _advance(
-        self: Generator,
-        active: Any,
-        nxt: Any,
-        tokens: Any,
-        reasons: Any,
-        limits: Any,
-        stops: Any,
-        pos: Any,
-        st: Any,
-    ) -> Any:
-        for s in active:
-            if nxt[s] in stops:
-                tokens[s].append(nxt[s])
-        return original(self, active, nxt, tokens, reasons, limits, stops, pos, st)
-
-    Generator._advance = _advance  # type: ignore[method-assign]
-    return target
-
-
-def _generator_skips_memory_clear(target: Any) -> Any:
-    from reference_impl.generator import Generator
-
-    original = Generator.generate
-
-    def generate(self: Generator, req: Any) -> Any:
-        inner = self.ctx.seq_rm
-        self.ctx.seq_rm = lambda *a: True
-        try:
-            return original(self, req)
-        finally:
-            self.ctx.seq_rm = inner
-
-    Generator.generate = generate  # type: ignore[method-assign]
-    return target
-
-
-def _batched_attends_everything(target: Any) -> Any:
-    """Attention ignores sequence membership: a batched sequence sees its neighbours."""
-    from reference_impl.decoder import ubatch_executor
-
-    original = ubatch_executor.stream_mask
-
-    def stream_mask(cache: Any, ub: Any, n_kv: int, causal: bool) -> Any:
-        mask, groups = original(cache, ub, n_kv, causal)
-        cells = cache.cells[0]
-        occupied = np.flatnonzero(cells.pos[:n_kv] >= 0)
-        if groups == 1:
-            mask = mask.clone()
-            pos = np.asarray(ub.pos[: ub.n_tokens])
-            for i in range(ub.n_tokens):
-                ok = [c for c in occupied if cells.pos[c] <= pos[i]]
-                mask[i, [int(c) for c in ok]] = 0.0
-        return mask, groups
-
-    ubatch_executor.stream_mask = stream_mask
     return target
 
 
@@ -296,6 +220,79 @@ def _encode_is_causal(target: Any) -> Any:
             del model.forward_ubatch
 
     replace("reference_impl.decoder.context", "encode_ubatch", encode_ubatch)
+    return target
+
+
+def _build(define: str) -> Any:
+    def apply(target: Any) -> Any:
+        from reference_impl.native import build
+
+        library = build.load((define,))
+        if library.lib is None:  # a mutant that cannot be built must not pass as killed
+            raise RuntimeError(library.reason)
+        replace("reference_impl.native.step", "load", lambda: library)
+        return target
+
+    return apply
+
+
+def _wrong_cell(target: Any) -> Any:
+    # The slot's neighbour receives the token's K/V.
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.single_cell
+
+    def single_cell(self: KVCache, sinfo: Any) -> tuple[int, int] | None:
+        cell = original(self, sinfo)
+        return None if cell is None else (cell[0], (cell[1] + 1) % self.kv_size)
+
+    KVCache.single_cell = single_cell  # type: ignore[method-assign]
+    return target
+
+
+def _wrap_native_decode_path(change: Any) -> None:
+    """Replace Context._native_decode_path by ``change(self, name, step, reason)`` applied to
+    the original's result."""
+    from reference_impl.decoder.context import Context
+
+    original = Context._native_decode_path
+
+    def native_decode_path(self: Context, name: str) -> tuple[Any, str]:
+        return change(self, name, *original(self, name))
+
+    Context._native_decode_path = native_decode_path  # type: ignore[method-assign]
+
+
+def _never_native(target: Any) -> Any:
+    # "auto" and "native" both run the torch forward, and the context still says "native".
+    _wrap_native_decode_path(lambda self, name, step, reason: (None, reason))
+    return target
+
+
+def _fallback_raises(target: Any) -> Any:
+    # "auto" refuses to create a context the native step cannot serve (no library, F16 K/V, ...)
+    # instead of falling back to the torch forward.
+    from reference_impl.errors import DecoderError
+
+    def change(self: Any, name: str, step: Any, reason: str) -> tuple[Any, str]:
+        if step is None and name == "auto":
+            raise DecoderError("DEC_NATIVE_UNAVAILABLE", reason, field="decode_path")
+        return step, reason
+
+    _wrap_native_decode_path(change)
+    return target
+
+
+def _f16_kv_read_raw(target: Any) -> Any:
+    # The forward gets the cache's float16 views as they are.
+    def kv_reader(cache: Any, streams: tuple[int, ...], n_kv: int) -> Any:
+        def read(il: int) -> tuple[torch.Tensor, torch.Tensor]:
+            views = [cache.kv_view(il, st, n_kv) for st in streams]
+            return torch.cat([k for k, _ in views]), torch.cat([v for _, v in views])
+
+        return read
+
+    replace("reference_impl.decoder.ubatch_executor", "kv_reader", kv_reader)
     return target
 
 
@@ -399,13 +396,6 @@ MUTANTS = [
         _cls_ties_take_the_last,
     ),
     Mutant(
-        "dec-kv-written-twice",
-        "decode_phase",
-        "each ubatch's entries are appended to the KV cache twice",
-        ("PHASE-011", "PHASE-020"),
-        _kv_written_twice,
-    ),
-    Mutant(
         "dec-outputs-dropped-early",
         "decoder",
         "a decode forgets the previous outputs before validating the batch",
@@ -413,24 +403,59 @@ MUTANTS = [
         _outputs_dropped_before_validation,
     ),
     Mutant(
-        "gen-stop-token-returned",
-        "generator",
-        "the stop token is returned with the generated tokens",
-        ("GEN-006",),
-        _stop_token_returned,
+        "native-rope-split-halves",
+        "decoder",
+        "the native step rotates (x[j], x[j + d/2]) pairs (NEOX) instead of adjacent pairs",
+        ("DEC-060",),
+        _build("DC_MUTANT_ROPE_HALVES"),
     ),
     Mutant(
-        "gen-no-memory-clear",
-        "generator",
-        "generation starts without clearing the prompts' sequences",
-        ("GEN-002",),
-        _generator_skips_memory_clear,
+        "native-mask-ignored",
+        "decoder",
+        "the native step attends every cell up to n_kv, ignoring the KQ mask",
+        ("DEC-060",),
+        _build("DC_MUTANT_MASK_IGNORED"),
     ),
     Mutant(
-        "phase-cross-sequence-attention",
-        "decode_phase",
-        "in a single-stream ubatch, tokens attend every earlier cell, whatever its sequence",
-        ("PHASE-015", "PHASE-017"),
-        _batched_attends_everything,
+        "native-gqa-heads-tiled",
+        "decoder",
+        "the native step maps query head h to KV head h % n_head_kv",
+        ("DEC-060",),
+        _build("DC_MUTANT_GQA_TILED"),
+    ),
+    Mutant(
+        "native-kv-not-written",
+        "decoder",
+        "the native step attends without storing the token's K/V in the cache",
+        ("DEC-060", "DEC-061"),
+        _build("DC_MUTANT_KV_NOT_WRITTEN"),
+    ),
+    Mutant(
+        "native-wrong-cell",
+        "decoder",
+        "the native step writes the token's K/V into the cell after the slot",
+        ("DEC-061",),
+        _wrong_cell,
+    ),
+    Mutant(
+        "native-never-runs",
+        "decoder",
+        "one-token ubatches silently run the torch forward while the context reports native",
+        ("DEC-060", "DEC-062"),
+        _never_native,
+    ),
+    Mutant(
+        "native-fallback-raises",
+        "decoder",
+        "an 'auto' context without the native library fails at creation instead of falling back",
+        ("DEC-063",),
+        _fallback_raises,
+    ),
+    Mutant(
+        "dec-f16-kv-read-raw",
+        "decoder",
+        "the torch forward reads a float16 K/V cache without converting it to float32",
+        ("DEC-064",),
+        _f16_kv_read_raw,
     ),
 ]

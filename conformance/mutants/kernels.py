@@ -1,4 +1,4 @@
-"""Mutants of the kernels area: the reference with one deliberate defect in a kernel or format.
+"""Mutants of the kernels area: the reference with one deliberate defect in a kernel.
 
 Kernel defects swap one ``@triton.jit`` helper (or a whole kernel) inside ``kernels.*``: kernels
 look their helpers up through their module when they run (interpreter) or first compile (GPU),
@@ -181,63 +181,6 @@ def _gqa_softmax_without_guard(target: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _nibbles_low_first(target: Any) -> Any:
-    def pack(u: torch.Tensor) -> torch.Tensor:
-        u = u.to(torch.uint8)
-        return (u[..., 1::2] << 4) | (u[..., 0::2] & 0xF)  # even element in the low nibble
-
-    def unpack(p: torch.Tensor) -> torch.Tensor:
-        p = p.to(torch.uint8)
-        return torch.stack((p & 0xF, (p >> 4) & 0xF), dim=-1).reshape(*p.shape[:-1], -1)
-
-    replace("kernels.quant", "pack_nibbles", pack)
-    replace("kernels.quant", "unpack_nibbles", unpack)
-    return target
-
-
-def _ggml_q4_adjacent_pairs(target: Any) -> Any:
-    from kernels import quant
-
-    original = quant.ggml_quantize
-
-    def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
-        out = original(x, qtype)
-        if qtype != "Q4_0":
-            return out
-        blocks = out.reshape(*out.shape[:-1], -1, 18)
-        body = blocks[..., 2:]
-        lo, hi = body & 0xF, body >> 4
-        q = torch.cat((lo, hi), dim=-1)  # element order 0..31
-        adjacent = q[..., 0::2] | (q[..., 1::2] << 4)  # the defect: pairs (2i, 2i+1)
-        return torch.cat((blocks[..., :2], adjacent), dim=-1).reshape(out.shape)
-
-    replace("kernels.quant", "ggml_quantize", ggml_quantize)
-    return target
-
-
-def _round_by_truncation(target: Any) -> Any:
-    replace("kernels.quant", "round_half_away", torch.trunc)
-    return target
-
-
-def _policy_ignores_unknown_keys(target: Any) -> Any:
-    from kernels import policy
-
-    original = policy.parse_policy
-    known = set(policy._KEYS)
-
-    def parse_policy(text: str) -> Any:
-        fields = [
-            f
-            for f in text.split(",")
-            if f.partition("=")[0].strip().lower().replace("_", "") in known
-        ]
-        return original(",".join(fields) if fields else text)  # the defect: unknown keys dropped
-
-    replace("kernels.policy", "parse_policy", parse_policy)
-    return target
-
-
 D = "kernels.decoupled_triton"
 G = "kernels.gqa_triton"
 
@@ -325,33 +268,5 @@ MUTANTS = [
         "the GQA torch path turns a fully masked row into NaN",
         ("KRN-003",),
         _gqa_softmax_without_guard,
-    ),
-    Mutant(
-        "qnt-nibbles-low-first",
-        "kv_quant",
-        "4-bit packing puts the even element in the low nibble (consistently in pack and unpack)",
-        ("QNT-002",),
-        _nibbles_low_first,
-    ),
-    Mutant(
-        "qnt-ggml-q4-adjacent-pairs",
-        "kv_quant",
-        "GGML Q4_0 packs adjacent elements (2i, 2i+1) instead of (j, j+16)",
-        ("QNT-010",),
-        _ggml_q4_adjacent_pairs,
-    ),
-    Mutant(
-        "qnt-round-by-truncation",
-        "kv_quant",
-        "per-token quantization truncates instead of rounding half away from zero",
-        ("QNT-001", "QNT-004"),
-        _round_by_truncation,
-    ),
-    Mutant(
-        "qnt-policy-ignores-unknown-keys",
-        "kv_quant",
-        "the policy parser silently drops unknown keys",
-        ("QNT-018",),
-        _policy_ignores_unknown_keys,
     ),
 ]

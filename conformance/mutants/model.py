@@ -1,4 +1,4 @@
-"""Mutants of the model area (GGUF loading, the llama forward) and of the SPM tokenizer.
+"""Mutants of the model area (GGUF loading, the llama forward).
 
 Each swaps one function of ``reference_impl`` for a subtly wrong one; the conformance tests
 named in ``kills`` must fail -- without llama.cpp, against the float64 oracle, the gguf-py
@@ -93,150 +93,47 @@ def _any_architecture(target: Any) -> Any:
     return target
 
 
-def _no_space_prefix(target: Any) -> Any:
-    # The SPM default add_space_prefix = true is lost: vocabularies load with it false.
-    import dataclasses
-
-    import reference_impl.model.gguf_loader as loader
-
-    original = loader._read_vocab
-
-    def _read_vocab(meta: Any) -> Any:
-        vocab, n = original(meta)
-        if vocab is not None:
-            vocab = dataclasses.replace(vocab, add_space_prefix=False)
-        return vocab, n
-
-    replace(loader.__name__, "_read_vocab", _read_vocab)
-    return target
-
-
-def _leftmost_merge_first(target: Any) -> Any:
-    # Merge the leftmost mergeable pair instead of the highest-scoring one.
-    from reference_impl.tokenizer import SpmTokenizer
-
-    def _tokenize_fragment(self: Any, text: str, out: list[int]) -> None:
-        syms = list(text)
-        ids = self.vocab.token_to_id
-        merged = True
-        while merged:
-            merged = False
-            for i in range(len(syms) - 1):
-                if syms[i] + syms[i + 1] in ids:
-                    syms[i : i + 2] = [syms[i] + syms[i + 1]]
-                    merged = True
-                    break
-        for s in syms:
-            if s in ids:
-                out.append(ids[s])
-            else:
-                out.extend(self._byte_ids[b] for b in s.encode("utf-8"))
-
-    SpmTokenizer._tokenize_fragment = _tokenize_fragment  # type: ignore[method-assign]
-    return target
-
-
-def _unk_instead_of_bytes(target: Any) -> Any:
-    from reference_impl.tokenizer import SpmTokenizer
-
-    original = SpmTokenizer._tokenize_fragment
-
-    def _tokenize_fragment(self: Any, text: str, out: list[int]) -> None:
-        tmp: list[int] = []
-        original(self, text, tmp)
-        byte_ids = set(self._byte_ids)
-        for t in tmp:
-            if t in byte_ids:
-                if not out or out[-1] != self.vocab.unk_id:
-                    out.append(self.vocab.unk_id)
-            else:
-                out.append(t)
-
-    SpmTokenizer._tokenize_fragment = _tokenize_fragment  # type: ignore[method-assign]
-    return target
-
-
-def _detokenize_keeps_first_space(target: Any) -> Any:
-    from reference_impl.tokenizer import SpmTokenizer
-
-    def detokenize(
-        self: Any, tokens: Any, remove_special: bool = False, unparse_special: bool = False
-    ) -> bytes:
-        return b"".join(self.token_to_piece(int(t), special=unparse_special) for t in tokens)
-
-    SpmTokenizer.detokenize = detokenize  # type: ignore[method-assign]
-    return target
-
-
 MUTANTS = [
     Mutant(
         "model-rope-split-halves",
-        "model_loading",
+        "model",
         "RoPE rotates (x[j], x[j+d/2]) (NEOX) instead of adjacent pairs (x[2j], x[2j+1])",
         kills=("GGUF-020", "GGUF-025"),
         apply=_rope_split_halves,
     ),
     Mutant(
         "model-q4-nibbles-swapped",
-        "model_loading",
+        "model",
         "Q4_0 dequantization takes the high nibbles as the first 16 values of a block",
         kills=("GGUF-003", "GGUF-022"),
         apply=_q4_nibbles_swapped,
     ),
     Mutant(
         "model-tied-output-zeros",
-        "model_loading",
+        "model",
         "without output.weight the output projection is zeros instead of token_embd",
         kills=("GGUF-021",),
         apply=_tied_output_zeros,
     ),
     Mutant(
         "model-rms-eps-dropped",
-        "model_loading",
+        "model",
         "RMSNorm ignores the file's epsilon",
         kills=("GGUF-020",),
         apply=_rms_eps_dropped,
     ),
     Mutant(
         "model-gqa-heads-tiled",
-        "model_loading",
+        "model",
         "GQA maps query head h to KV head h % n_head_kv instead of h // group",
         kills=("GGUF-020",),
         apply=_gqa_heads_tiled,
     ),
     Mutant(
         "model-any-architecture",
-        "model_loading",
+        "model",
         "the loader accepts any general.architecture",
         kills=("GGUF-008",),
         apply=_any_architecture,
-    ),
-    Mutant(
-        "tok-no-space-prefix",
-        "tokenizer",
-        "the SPM tokenizer does not prefix the first fragment with a space",
-        kills=("TOK-001", "TOK-003", "TOK-004"),
-        apply=_no_space_prefix,
-    ),
-    Mutant(
-        "tok-leftmost-merge-first",
-        "tokenizer",
-        "SPM merges the leftmost mergeable pair instead of the highest-scoring one",
-        kills=("TOK-001", "TOK-004"),
-        apply=_leftmost_merge_first,
-    ),
-    Mutant(
-        "tok-unk-instead-of-bytes",
-        "tokenizer",
-        "characters outside the vocabulary become <unk> instead of byte tokens",
-        kills=("TOK-001", "TOK-005"),
-        apply=_unk_instead_of_bytes,
-    ),
-    Mutant(
-        "tok-detokenize-keeps-first-space",
-        "tokenizer",
-        "detokenize does not remove the space the tokenizer prefixed",
-        kills=("TOK-008", "TOK-009"),
-        apply=_detokenize_keeps_first_space,
     ),
 ]

@@ -235,11 +235,11 @@ class LlamaCppTarget(LlamaCppModelArea, LlamaCppSampling, Target):
     name = "llamacpp"
     capabilities = LlamaCppModelArea.LLAMACPP_CAPABILITIES | frozenset(
         {
-            "decode.logits",
-            "decode.memory_ops",
-            "decode.embeddings",
-            "decode.abort",
-            "decode.shift",
+            "decoder.logits",
+            "decoder.memory_ops",
+            "decoder.embeddings",
+            "decoder.abort",
+            "decoder.shift",
             "sampling.samplers",
             "sampling.candidates",
         }

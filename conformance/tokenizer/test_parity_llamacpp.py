@@ -12,7 +12,7 @@ from hypothesis import given
 
 from conformance.tokenizer.test_spm import CORPUS, texts, words
 
-pytestmark = [pytest.mark.parity, pytest.mark.requires("model.load", "model.tokenize")]
+pytestmark = [pytest.mark.parity, pytest.mark.requires("model.load", "tokenizer.tokenize")]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conformance.fixtures.gguf_models import USER_DEFINED_TOKEN, fixture_vocab
 from conformance.tokenizer import oracle
 
-pytestmark = pytest.mark.requires("model.load", "model.tokenize")
+pytestmark = pytest.mark.requires("model.load", "tokenizer.tokenize")
 
 BOS, EOS, UNK = 1, 2, 0
 SEP = fixture_vocab()[0].index(USER_DEFINED_TOKEN)

@@ -1,6 +1,6 @@
 """Stable error codes of the batch sanitizer (SAN_*) and splitter (SPL_*).
 
-Each code is documented in ``spec/batch_sanitizer.md`` / ``spec/batch_split.md`` next to the
+Each code is documented in ``spec/batch.md`` / ``spec/batch.md`` next to the
 invariant that raises it. Codes never change meaning once released.
 """
 

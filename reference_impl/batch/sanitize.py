@@ -3,7 +3,7 @@
 ``sanitize`` validates a :class:`Batch`, fills in what is missing (sequence ids, positions,
 output flags) and derives the statistics the splitter and the memory need. It runs the checks in
 llama.cpp's order and raises the first failure as a :class:`BatchError` with a stable code (see
-``spec/batch_sanitizer.md``); it never modifies the input batch or the memory.
+``spec/batch.md``); it never modifies the input batch or the memory.
 
 This module is the vectorized implementation (numpy over all tokens at once); the readable
 per-token version, which is the specification, lives in :mod:`reference_impl.batch.sanitize_scalar`

@@ -10,7 +10,7 @@ Vocabulary follows llama.cpp:
 * **undo** (:class:`~reference_impl.kv.cells.CellJournal`): what ``apply_ubatch`` returns; passing
   it to ``restore`` puts every touched cell, head and shift flag back exactly. ``prepare`` is
   find_slot + apply for each ubatch followed by restore in reverse order, so it never changes the
-  cache (see spec/kv_cache.md, decision D2 on llama.cpp's sliding-window purge).
+  cache (see spec/kv.md, decision D2 on llama.cpp's sliding-window purge).
 * **K-shift**: ``seq_add``/``seq_div`` change positions at once and accumulate per-cell pending
   rotations; ``update`` hands them to the decoder's RoPE callback once and clears them.
 

@@ -4,7 +4,7 @@ Capabilities and the methods they require:
 
 * ``batch.sanitize`` -- ``batch_sanitize(batch, *, n_vocab, n_seq_max, memory=None,
   output_all=False, n_pos_per_embd=1)``: returns a *sanitized batch* or raises
-  ``reference_impl.errors.BatchError`` (codes of spec/batch_sanitizer.md). ``batch`` is a
+  ``reference_impl.errors.BatchError`` (codes of spec/batch.md). ``batch`` is a
   ``reference_impl.batch.Batch``; ``memory`` any object with ``seq_pos_min(s)`` /
   ``seq_pos_max(s)``. The sanitized batch exposes ``batch`` (a Batch with every field filled:
   pos, n_seq_id, seq_id padded with -1, logits 0/1), ``n_tokens``, ``n_outputs``,

@@ -1,4 +1,4 @@
-"""Target protocol for the KV cache area (spec/kv_cache.md).
+"""Target protocol for the KV cache area (spec/kv.md).
 
 Capabilities and what a target implements for each:
 

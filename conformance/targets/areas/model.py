@@ -13,9 +13,6 @@ Capabilities:
 * ``model.forward``: ``forward_logits(handle, tokens) -> float32 [n_tokens, n_vocab]``: the
   tokens as one sequence at positions ``0..n-1`` from an empty cache, every logit returned;
   raises on a token outside the vocabulary;
-* ``model.tokenize``: ``tokenize(handle, text, add_special, parse_special) -> list[int]``,
-  ``token_to_piece(handle, token, special) -> bytes``,
-  ``detokenize(handle, tokens, remove_special, unparse_special) -> bytes``;
 * ``model.weights``: ``model_tensor(handle, name) -> float32 ndarray`` -- a tensor as the
   engine computes with it (dequantized; numpy shape = GGUF dims reversed; ``output.weight``
   resolves tying);
@@ -35,7 +32,6 @@ import numpy as np
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "model.load": ("load_model", "model_info"),
     "model.forward": ("forward_logits",),
-    "model.tokenize": ("tokenize", "token_to_piece", "detokenize"),
     "model.weights": ("model_tensor",),
     "model.errors": ("load_model",),
 }
@@ -76,26 +72,6 @@ class Reference:
         out: np.ndarray = model.forward(list(tokens)).numpy()
         return out
 
-    def tokenize(
-        self, model: Any, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        ids: list[int] = model.tokenize(text, add_bos=add_special, parse_special=parse_special)
-        return ids
-
-    def token_to_piece(self, model: Any, token: int, special: bool = False) -> bytes:
-        piece: bytes = model.token_to_piece(token, special=special)
-        return piece
-
-    def detokenize(
-        self,
-        model: Any,
-        tokens: Sequence[int],
-        remove_special: bool = False,
-        unparse_special: bool = False,
-    ) -> bytes:
-        text: bytes = model.detokenize_bytes(tokens, remove_special, unparse_special)
-        return text
-
     def model_tensor(self, model: Any, name: str) -> np.ndarray:
         arr: np.ndarray = model.weights.tensor(name).numpy()
         return arr
@@ -103,14 +79,14 @@ class Reference:
 
 class LlamaCpp:
     """The model-area methods over llama.cpp (``conformance.targets.llamacpp_runtime``), for the
-    ``llamacpp`` target to mix in: ``model.load``, ``model.forward`` and ``model.tokenize``
+    ``llamacpp`` target to mix in: ``model.load``, ``model.forward`` and ``tokenizer.tokenize``
     (llama.cpp exposes neither dequantized weights nor typed error codes).
 
     A handle is a :class:`~conformance.targets.llamacpp_runtime.LlamaCppModel`; forwards run in
     one context per model (F32 KV cache, ``n_ctx`` grown on demand), cleared before each call.
     """
 
-    LLAMACPP_CAPABILITIES = frozenset({"model.load", "model.forward", "model.tokenize"})
+    LLAMACPP_CAPABILITIES = frozenset({"model.load", "model.forward", "tokenizer.tokenize"})
 
     def load_model(self, path: str | os.PathLike[str]) -> Any:
         from conformance.targets.llamacpp_runtime import LlamaCppModel

@@ -14,12 +14,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.kernels import _oracle
+from conformance.kv_quant import oracle
 from conformance.snapshots import array_record
 from conformance.strategies import kernels as ks
+from conformance.strategies import kv_quant as qs
 from reference_impl.errors import EngineError
 
-pytestmark = pytest.mark.requires("kernels.quant")
+pytestmark = pytest.mark.requires("kv_quant.formats")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +49,10 @@ def _assert_codes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 @pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003", "QNT-006")
 @ks.kernel_settings(25)
-@given(case=ks.quant_inputs())
+@given(case=qs.quant_inputs())
 def test_codes_and_scales_match_the_spec(target: Any, impls: tuple[str, ...], case: Any) -> None:
     x, kind, qblock = case
-    want_codes, want_scales = _oracle.quantize(x, kind, qblock)
+    want_codes, want_scales = oracle.quantize(x, kind, qblock)
     for impl in impls:
         codes, scales = _quantize(target, x, kind, qblock, impl)
         _assert_codes_equal(codes, want_codes, f"{impl} {kind}@{qblock} codes")
@@ -73,7 +74,7 @@ def test_q4_0_packs_the_even_element_in_the_high_nibble(
 
 @pytest.mark.invariant("QNT-004")
 @ks.kernel_settings(25)
-@given(case=ks.quant_inputs())
+@given(case=qs.quant_inputs())
 def test_round_trip_error_is_at_most_half_a_step(
     target: Any, impls: tuple[str, ...], case: Any
 ) -> None:
@@ -93,7 +94,7 @@ def test_round_trip_error_is_at_most_half_a_step(
         err = np.zeros((x.shape[0], pad))
         err[:, :dim] = np.abs(back - x.astype(np.float64))
         per_block = err.reshape(x.shape[0], -1, qblock).max(axis=-1)
-        bound = _oracle.half_step_bound(scales.cpu().numpy(), kind)
+        bound = oracle.half_step_bound(scales.cpu().numpy(), kind)
         slack = 2.0**-20 * np.abs(x).max(initial=0.0)
         worst = np.argmax(per_block - bound)
         assert (per_block <= bound + slack).all(), (
@@ -111,7 +112,7 @@ def test_every_byte_unpacks_to_its_two_nibbles(
         torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
     )  # 16 rows x 32 elements
     scales = torch.ones(16, 1, dtype=torch.float16)
-    want = _oracle.dequantize(codes.numpy(), scales.numpy(), kind, 32, 32)
+    want = oracle.dequantize(codes.numpy(), scales.numpy(), kind, 32, 32)
     pairs = {tuple(row) for row in want.reshape(-1, 2).tolist()}
     assert len(pairs) == 256  # the oracle itself: distinct bytes give distinct pairs
     for impl in impls:
@@ -122,7 +123,7 @@ def test_every_byte_unpacks_to_its_two_nibbles(
 @pytest.mark.invariant("QNT-005")
 @ks.kernel_settings(20)
 @given(
-    kind=st.sampled_from(ks.KINDS),
+    kind=st.sampled_from(qs.KINDS),
     data=st.data(),
 )
 def test_codes_survive_dequantize_then_quantize(
@@ -157,9 +158,9 @@ def test_padding_is_quantized_as_zero(
     for impl in impls:
         codes, scales = target.kv_quantize(torch.from_numpy(x), kind, 32, impl)
         assert scales.shape == (1, 2)
-        vals = _oracle.code_values(codes.cpu().numpy(), kind)
+        vals = oracle.code_values(codes.cpu().numpy(), kind)
         padding = vals[0, 33:]
-        zero_value = _oracle.code_values(
+        zero_value = oracle.code_values(
             np.array([pad_code], dtype=np.int8)
             if kind == "q8_0"
             else np.array([(pad_code << 4) | pad_code], dtype=np.uint8),
@@ -171,7 +172,7 @@ def test_padding_is_quantized_as_zero(
 
 
 @pytest.mark.invariant("QNT-007")
-@pytest.mark.parametrize("kind", ks.KINDS)
+@pytest.mark.parametrize("kind", qs.KINDS)
 def test_all_zero_block(target: Any, impls: tuple[str, ...], kind: str) -> None:
     x = torch.zeros(2, 64)
     x[1, 32:] = 1.0
@@ -205,7 +206,7 @@ def test_bad_input_raises(
 
 
 @pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003")
-@pytest.mark.parametrize("kind", ks.KINDS)
+@pytest.mark.parametrize("kind", qs.KINDS)
 def test_known_tensor_snapshot(
     target: Any, impls: tuple[str, ...], kind: str, snapshot: Any
 ) -> None:

@@ -15,9 +15,10 @@ import torch
 from hypothesis import given
 
 from conformance.strategies import kernels as ks
+from conformance.strategies import kv_quant as qs
 from reference_impl.errors import EngineError
 
-pytestmark = pytest.mark.requires("kernels.quant")
+pytestmark = pytest.mark.requires("kv_quant.formats")
 
 QTYPES = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0}
 
@@ -44,14 +45,14 @@ def _check_against_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray, qtyp
 
 @pytest.mark.invariant("QNT-009")
 @ks.kernel_settings(20)
-@given(x=ks.ggml_rows())
+@given(x=qs.ggml_rows())
 def test_q8_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
     _check_against_gguf(target, impls, x, "Q8_0")
 
 
 @pytest.mark.invariant("QNT-010")
 @ks.kernel_settings(20)
-@given(x=ks.ggml_rows())
+@given(x=qs.ggml_rows())
 def test_q4_0_blocks_equal_gguf(target: Any, impls: tuple[str, ...], x: np.ndarray) -> None:
     _check_against_gguf(target, impls, x, "Q4_0")
 

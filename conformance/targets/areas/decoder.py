@@ -9,28 +9,28 @@ A target may ignore parameters it does not know only if they are reference-speci
 
 The returned context offers, per capability:
 
-* ``decode.logits``: ``decode(batch: Batch) -> int`` (llama_decode's codes; a
+* ``decoder.logits``: ``decode(batch: Batch) -> int`` (llama_decode's codes; a
   :class:`~reference_impl.batch.types.Batch` with None fields meaning NULL pointers),
   ``get_logits() -> [n_outputs, n_vocab]`` in batch order, ``get_logits_ith(i)`` (negative ``i``
   counts rows from the end; an invalid ``i`` raises an exception, e.g. the reference's
   ``OutputError``), ``n_outputs()``, and the derived sizes ``n_ctx()``, ``n_ctx_seq()``,
   ``n_batch()``, ``n_ubatch()``, ``n_seq_max()``;
-* ``decode.memory_ops``: ``memory_clear(data)``, ``seq_rm(s, p0, p1) -> bool``,
+* ``decoder.memory_ops``: ``memory_clear(data)``, ``seq_rm(s, p0, p1) -> bool``,
   ``seq_cp(src, dst, p0, p1)``, ``seq_keep(s)``, ``seq_add(s, p0, p1, delta)``,
   ``seq_div(s, p0, p1, d)``, ``seq_pos_min(s)``, ``seq_pos_max(s)``;
-* ``decode.embeddings``: with ``embeddings=True``: ``get_embeddings_ith(i)`` (pooling NONE) and
+* ``decoder.embeddings``: with ``embeddings=True``: ``get_embeddings_ith(i)`` (pooling NONE) and
   ``get_embeddings_seq(s)`` (pooling MEAN / CLS / LAST), invalid requests raise;
-* ``decode.abort``: ``set_abort_callback(fn)``: ``fn()`` is asked during each ubatch's compute;
+* ``decoder.abort``: ``set_abort_callback(fn)``: ``fn()`` is asked during each ubatch's compute;
   True aborts the decode (return code 2);
-* ``decode.errors``: after a non-zero return, ``last_error`` has the spec's ``code``/``field``/
+* ``decoder.errors``: after a non-zero return, ``last_error`` has the spec's ``code``/``field``/
   ``index``/``seq_id``; invalid output accessors raise errors with OUT_* codes;
-* ``decode.faults``: ``inject_failure(k, status)`` makes the ``k``-th next ubatch fail with a
+* ``decoder.faults``: ``inject_failure(k, status)`` makes the ``k``-th next ubatch fail with a
   ``ComputeStatus`` (ALLOC_FAILED or FAILED);
-* ``decode.introspection``: ``trace`` (a DecodeTrace when created with ``trace=True``),
+* ``decoder.introspection``: ``trace`` (a DecodeTrace when created with ``trace=True``),
   ``scheduler`` (``n_built``/``n_reused``/``n_reservations``), ``outputs`` (capacity,
   ``output_ids``, pending ``swaps``), ``output_ids()``, ``reorder_outputs()``,
   ``seq_output_rows(s)`` (the sample router);
-* ``decode.shift``: ``seq_add`` / ``seq_div`` followed by a decode re-rotate the cached keys
+* ``decoder.shift``: ``seq_add`` / ``seq_div`` followed by a decode re-rotate the cached keys
   (K-shift), so logits match a fresh context fed the shifted positions.
 """
 
@@ -39,14 +39,14 @@ from __future__ import annotations
 from typing import Any
 
 CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "decode.logits": ("load_model", "new_context"),
-    "decode.memory_ops": ("load_model", "new_context"),
-    "decode.embeddings": ("load_model", "new_context"),
-    "decode.abort": ("load_model", "new_context"),
-    "decode.errors": ("load_model", "new_context"),
-    "decode.faults": ("load_model", "new_context"),
-    "decode.introspection": ("load_model", "new_context"),
-    "decode.shift": ("load_model", "new_context"),
+    "decoder.logits": ("load_model", "new_context"),
+    "decoder.memory_ops": ("load_model", "new_context"),
+    "decoder.embeddings": ("load_model", "new_context"),
+    "decoder.abort": ("load_model", "new_context"),
+    "decoder.errors": ("load_model", "new_context"),
+    "decoder.faults": ("load_model", "new_context"),
+    "decoder.introspection": ("load_model", "new_context"),
+    "decoder.shift": ("load_model", "new_context"),
 }
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.kernels import _oracle
+from conformance.kv_quant import oracle as quant_oracle
 from reference_impl.errors import EngineError
 
-pytestmark = pytest.mark.requires("kernels.decoupled_cache")
+pytestmark = pytest.mark.requires("decoupled.cache")
 
 POLICY = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid={r}"
 HEADS = (16, 32, 64)  # per-head dims of k_sem, k_geo, v with 2 heads
@@ -38,7 +38,7 @@ def test_tokens_are_stored_token_major_in_their_formats(target: Any) -> None:
     assert cache.length == 7
     for name, x, kind in zip(("k_sem", "k_geo", "v"), xs, ("q4_0", "q8_0", "q4_0")):
         ct = getattr(cache, name)
-        codes, scales = _oracle.quantize(x.numpy(), kind, 32)
+        codes, scales = quant_oracle.quantize(x.numpy(), kind, 32)
         assert tuple(ct.codes.shape) == (3, 10, codes.shape[-1]), name
         assert tuple(ct.scales.shape) == (3, 10, scales.shape[-1]), name
         np.testing.assert_array_equal(ct.codes[:, :7].cpu().numpy(), codes, err_msg=name)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.strategies import kernels as ks
+from conformance.strategies import kv_quant as qs
 from reference_impl.errors import EngineError
 
 CANONICAL = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=128"
@@ -21,7 +22,7 @@ def _error(target: Any, text: str) -> EngineError:
     return err.value
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-012")
 def test_canonical_policy_is_the_fused_layout(target: Any) -> None:
     got = target.parse_kv_policy(CANONICAL)
@@ -34,7 +35,7 @@ def test_canonical_policy_is_the_fused_layout(target: Any) -> None:
     }
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-012")
 @pytest.mark.parametrize(
     "text",
@@ -50,10 +51,10 @@ def test_other_policies_are_not_the_fused_layout(target: Any, text: str) -> None
     assert target.parse_kv_policy(text)["fused"] is False
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-013")
 @settings(max_examples=ks.examples(40))
-@given(fields=ks.policies())
+@given(fields=qs.policies())
 def test_canonical_string_round_trips(target: Any, fields: dict[str, Any]) -> None:
     text = target.format_kv_policy(fields)
     assert text == (
@@ -64,19 +65,19 @@ def test_canonical_string_round_trips(target: Any, fields: dict[str, Any]) -> No
     assert target.format_kv_policy(parsed) == text
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-014")
 @settings(max_examples=ks.examples(40))
-@given(data=st.data(), fields=ks.policies())
+@given(data=st.data(), fields=qs.policies())
 def test_aliases_case_spaces_and_default_block(
     target: Any, data: Any, fields: dict[str, Any]
 ) -> None:
-    text = data.draw(ks.policy_spellings(fields))
+    text = data.draw(qs.policy_spellings(fields))
     parsed = target.parse_kv_policy(text)
     assert {k: parsed[k] for k in fields} == fields, text
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-014")
 def test_residual_len_alias_and_default_block(target: Any) -> None:
     got = target.parse_kv_policy("KSem_Kind=q4_0, kgeo = q8_0 ,V=q4_0@32,residual_len=7")
@@ -88,7 +89,7 @@ def test_residual_len_alias_and_default_block(target: Any) -> None:
     )
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-015")
 @pytest.mark.parametrize(
     "text,field",
@@ -104,7 +105,7 @@ def test_unknown_kind(target: Any, text: str, field: str) -> None:
     assert (err.code, err.field) == ("QNT_POLICY_UNKNOWN_KIND", field), str(err)
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-016")
 @pytest.mark.parametrize(
     "text,field",
@@ -123,7 +124,7 @@ def test_bad_block_size(target: Any, text: str, field: str) -> None:
     assert (err.code, err.field) == ("QNT_POLICY_BAD_BLOCK", field), str(err)
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-017")
 @pytest.mark.parametrize(
     "text,field",
@@ -140,7 +141,7 @@ def test_missing_key(target: Any, text: str, field: str) -> None:
     assert (err.code, err.field) == ("QNT_POLICY_MISSING_KEY", field), str(err)
 
 
-@pytest.mark.requires("kernels.policy")
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-018")
 @pytest.mark.parametrize(
     "text,code,field",
@@ -166,7 +167,7 @@ def test_malformed_policy(target: Any, text: str, code: str, field: str | None) 
     assert (err.code, err.field) == (code, field), str(err)
 
 
-@pytest.mark.requires("kernels.quant")
+@pytest.mark.requires("kv_quant.formats")
 @pytest.mark.invariant("QNT-019")
 @pytest.mark.parametrize(
     "kind,dim,qblock,expected",

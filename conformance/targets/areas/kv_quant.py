@@ -1,0 +1,106 @@
+"""Target protocol for the kv_quant area (spec/kv_quant.md): per-token KV formats, GGML blocks and
+the cache policy string. Tensors cross the adapter as torch CPU tensors.
+
+``kv_quant.formats``
+    ``kv_quant_impls() -> tuple[str, ...]``: the implementations the target offers (each is
+    checked, e.g. ``("torch", "triton")``).
+    ``kv_quantize(x, kind, qblock, impl) -> (codes, scales)``: per-token formats ``q8_0``,
+    ``q4_0``, ``nf4`` along the last dim (spec/kv_quant.md); ``kv_dequantize(codes, scales, kind,
+    qblock, dim, impl) -> fp32 tensor``. ``ggml_quantize(x, qtype, impl) -> uint8 bytes`` and
+    ``ggml_dequantize(data, qtype, impl) -> fp32`` for GGML ``Q8_0``/``Q4_0`` rows.
+``kv_quant.policy``
+    ``parse_kv_policy(text) -> {"k_sem": "kind@qb", "k_geo": ..., "v": ..., "resid": int,
+    "fused": bool}``; ``format_kv_policy(mapping) -> str`` (canonical string). Errors are
+    EngineError subclasses with ``code`` and ``field``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "kv_quant.formats": (
+        "kv_quant_impls",
+        "kv_quantize",
+        "kv_dequantize",
+        "ggml_quantize",
+        "ggml_dequantize",
+    ),
+    "kv_quant.policy": ("parse_kv_policy", "format_kv_policy"),
+}
+
+
+def _quant_module(impl: str) -> Any:
+    if impl == "torch":
+        from kernels import quant
+
+        return quant
+    if impl == "triton":
+        from kernels import quant_triton
+
+        return quant_triton
+    raise ValueError(f"unknown quantization implementation {impl!r}")
+
+
+class Reference:
+    """The suite's own formats (``kernels.quant`` / ``kernels.quant_triton``) and policy parser."""
+
+    # -- kv_quant.formats ---------------------------------------------------------------------
+    def kv_quant_impls(self) -> tuple[str, ...]:
+        from kernels._triton import triton_available
+
+        return ("torch", "triton") if triton_available() else ("torch",)
+
+    def kv_quantize(
+        self, x: torch.Tensor, kind: str, qblock: int, impl: str = "torch"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        qt = _quant_module(impl).quantize(x, kind, qblock)
+        return qt.codes, qt.scales
+
+    def kv_dequantize(
+        self,
+        codes: torch.Tensor,
+        scales: torch.Tensor,
+        kind: str,
+        qblock: int,
+        dim: int,
+        impl: str = "torch",
+    ) -> torch.Tensor:
+        from kernels import quant
+
+        quant.check_format(kind, qblock)
+        qt = quant.QuantizedTensor(kind, qblock, dim, codes, scales)
+        return _quant_module(impl).dequantize(qt)
+
+    def ggml_quantize(self, x: torch.Tensor, qtype: str, impl: str = "torch") -> torch.Tensor:
+        return _quant_module(impl).ggml_quantize(x, qtype)
+
+    def ggml_dequantize(self, data: torch.Tensor, qtype: str, impl: str = "torch") -> torch.Tensor:
+        return _quant_module(impl).ggml_dequantize(data, qtype)
+
+    # -- kv_quant.policy --------------------------------------------------------------------
+    def parse_kv_policy(self, text: str) -> dict[str, Any]:
+        from kernels import policy
+
+        p = policy.parse_policy(text)
+        return {
+            "k_sem": p.k_sem.short(),
+            "k_geo": p.k_geo.short(),
+            "v": p.v.short(),
+            "resid": p.residual_len,
+            "fused": p.is_fused_layout(),
+        }
+
+    def format_kv_policy(self, fields: dict[str, Any]) -> str:
+        from kernels import policy
+
+        def fmt(text: str) -> policy.TensorFormat:
+            kind, _, qb = text.partition("@")
+            return policy.TensorFormat(kind, int(qb) if qb else policy.DEFAULT_QBLOCK)
+
+        p = policy.KVCachePolicy(
+            fmt(fields["k_sem"]), fmt(fields["k_geo"]), fmt(fields["v"]), int(fields["resid"])
+        )
+        return p.short()
