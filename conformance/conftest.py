@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from conformance.fixtures.gguf_models import fixture_path
+from conformance.gate import cached, release
 from conformance.snapshots import ConformanceSnapshotExtension
 
 
@@ -17,15 +18,12 @@ def snapshot(snapshot: Any) -> Any:
     return snapshot.use_extension(ConformanceSnapshotExtension)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def load(target: Any) -> Callable[[str], Any]:
-    """``load(name)``: the named GGUF fixture loaded by the target (cached per session)."""
-    handles: dict[str, Any] = {}
+    """``load(name)``: the named GGUF fixture loaded by the target (once per session)."""
 
     def get(name: str) -> Any:
-        if name not in handles:
-            handles[name] = target.load_model(fixture_path(name))
-        return handles[name]
+        return cached(target, "load_model", str(fixture_path(name)))
 
     return get
 
@@ -44,9 +42,7 @@ def new_ctx(target: Any, load: Callable[[str], Any]) -> Iterator[Callable[..., A
 
     yield make
     for ctx in made:
-        close = getattr(ctx, "close", None)
-        if close is not None:
-            close()
+        release(ctx)
 
 
 @pytest.fixture
@@ -65,14 +61,13 @@ def make_gen(
         ctx = new_ctx(model, **params)
         handle = load(model)
         info = target.model_info(handle)
-        tokenize = None
-        if target.has("tokenizer.tokenize"):
 
-            def tokenize(text: str) -> list[int]:
-                return list(target.tokenize(handle, text, True, False))
+        def tokenize(text: str) -> list[int]:  # text prompts need tokenizer.tokenize
+            return list(target.tokenize(handle, text, True, False))
 
+        eos = info.get("eos", -1)
         return Generator(
-            ctx, n_vocab=info["n_vocab"], eos=getattr(handle, "eos", None), tokenize=tokenize
+            ctx, n_vocab=info["n_vocab"], eos=None if eos < 0 else eos, tokenize=tokenize
         )
 
     return make

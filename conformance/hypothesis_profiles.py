@@ -12,6 +12,9 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILE_ENV = "DC_HYPOTHESIS_PROFILE"
+# The target/peer fixtures are per test (each test sees its own capabilities) but hold no
+# state across examples, so hypothesis may reuse them for every example of a test.
+_PER_TEST_FIXTURES = [HealthCheck.function_scoped_fixture]
 PROFILES = ("ci", "dev", "thorough")
 
 settings.register_profile(
@@ -21,21 +24,21 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, *_PER_TEST_FIXTURES],
 )
 settings.register_profile(
     "dev",
     max_examples=100,
     deadline=None,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow, *_PER_TEST_FIXTURES],
 )
 settings.register_profile(
     "thorough",
     max_examples=1000,
     deadline=None,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, *_PER_TEST_FIXTURES],
 )
 
 

@@ -1,14 +1,24 @@
 """The decode-conformance pytest plugin (registered through the ``pytest11`` entry point).
 
 * ``--target``: the engine under test (``reference``, ``llamacpp``, ``mutant:<id>`` or
-  ``module:attr``); see :mod:`conformance.targets.base`.
+  ``module:attr``); ``--peer``: the engine differential tests compare it with (llama.cpp by
+  default where installed; ``none`` for no peer). See :mod:`conformance.engines`.
 * ``@pytest.mark.invariant("ID", ...)``: every conformance test names the invariants it
   checks; an unknown or planned ID, or a conformance test without the marker, stops collection.
-* ``@pytest.mark.requires("capability", ...)``: skipped (and counted) when the target lacks it.
+* ``@pytest.mark.requires("capability", ...)``: skipped (and counted) when the target lacks it;
+  ``@pytest.mark.uses("capability", ...)``: used when the target has it (``target.has``). The
+  ``target`` / ``peer`` fixtures expose only those capabilities (:mod:`conformance.gate`);
+  touching anything else is a *suite defect*, reported apart from the target's failures.
+* A test that takes the ``peer`` fixture is differential (marked ``differential``): skipped,
+  with one reason per cause, when there is no peer, when the peer lacks a capability, or when
+  target and peer are the same engine.
 * ``--traceability=strict``: an active invariant with no test fails the run, naming the IDs.
 * ``--report-dir DIR``: writes ``DIR/conformance.json`` and ``DIR/conformance.md``.
 * ``--only-invariants ID,...``: run only the tests that check those invariants (used by the
   meta-tests to run a mutant against the checks it must fail).
+* ``--claims=minimal``: each test sees a target that claims exactly the capabilities the test
+  requires (its ``uses`` ones absent): proves that no test leans on more than it declares.
+* Collect-only runs (``--co``) leave ``--report-dir`` alone.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from conformance import hypothesis_profiles
+from conformance import gate, hypothesis_profiles
 from conformance.report import (
     TestResult,
     aggregate,
@@ -37,6 +47,9 @@ CONFORMANCE_ROOT = Path(__file__).resolve().parent
 @dataclass
 class _State:
     target_spec: str
+    peer_spec: str
+    peer_named: bool  # --peer given explicitly (a bad one is a usage error, not a skip)
+    claims: str
     spec_dir: Path | None
     report_dir: Path | None
     traceability: str
@@ -44,6 +57,8 @@ class _State:
     conformance_root: Path = CONFORMANCE_ROOT
     registry: dict[str, Invariant] | None = None
     target: Any = None
+    peer: Any = None
+    peer_error: str | None = None
     tests_by_invariant: dict[str, set[str]] = field(default_factory=dict)
     conformance_items: set[str] = field(default_factory=set)
     results: dict[str, TestResult] = field(default_factory=dict)
@@ -60,6 +75,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--target",
         default=os.environ.get("DC_TARGET", "reference"),
         help="engine under test: reference (default), llamacpp, mutant:<id> or module:attr",
+    )
+    group.addoption(
+        "--peer",
+        default=os.environ.get("DC_PEER", "auto"),
+        help="engine the differential tests compare the target with: auto (llamacpp where "
+        "installed), none, or any --target value",
+    )
+    group.addoption(
+        "--claims",
+        choices=("target", "minimal"),
+        default="target",
+        help="minimal: each test sees a target claiming only the capabilities it requires",
     )
     group.addoption(
         "--spec-dir", default=None, help="directory of spec/*.md (default: packaged spec)"
@@ -95,16 +122,28 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "requires(*capabilities): skip unless the target has these capabilities"
     )
     config.addinivalue_line(
+        "markers", "uses(*capabilities): capabilities the test uses when the target has them"
+    )
+    config.addinivalue_line(
         "markers",
-        "parity: differential test against llama.cpp (needs the llamacpp extra; nox -s parity)",
+        "differential: compares the target with a peer engine (tests taking the peer fixture)",
     )
     spec_dir = config.getoption("--spec-dir")
     report_dir = config.getoption("--report-dir")
     only = frozenset(
         x.strip() for x in config.getoption("--only-invariants").split(",") if x.strip()
     )
+    peer_spec = config.getoption("--peer").strip()
+    peer_named = peer_spec not in ("auto", "none")
+    if peer_spec == "auto":
+        from conformance.engines import default_peer
+
+        peer_spec = default_peer()
     state = _State(
         target_spec=config.getoption("--target"),
+        peer_spec=peer_spec,
+        peer_named=peer_named,
+        claims=config.getoption("--claims"),
         spec_dir=Path(spec_dir) if spec_dir else None,
         report_dir=Path(report_dir) if report_dir else None,
         traceability=config.getoption("--traceability"),
@@ -117,6 +156,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_STATE_KEY] = state
+    if config.getoption("collectonly", False) and hasattr(config.option, "warn_unused_snapshots"):
+        config.option.warn_unused_snapshots = True  # nothing ran, so every snapshot is "unused"
     config.pluginmanager.register(
         _ResultRecorder(state), f"decode-conformance-recorder-{id(config)}"
     )
@@ -128,7 +169,10 @@ def _state(config: pytest.Config) -> _State:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     st = _state(config)
-    return [f"decode-conformance: target={st.target_spec} hypothesis-profile={st.profile}"]
+    return [
+        f"decode-conformance: target={st.target_spec} peer={st.peer_spec} "
+        f"hypothesis-profile={st.profile}" + (" claims=minimal" if st.claims == "minimal" else "")
+    ]
 
 
 def _registry(st: _State) -> dict[str, Invariant]:
@@ -142,13 +186,33 @@ def _registry(st: _State) -> dict[str, Invariant]:
 
 def _ensure_target(st: _State) -> Any:
     if st.target is None:
-        from conformance.targets.base import TargetLoadError, load_target
+        from conformance.engines import load_engine
+        from conformance.targets.base import TargetLoadError
 
         try:
-            st.target = load_target(st.target_spec)
+            st.target = load_engine(st.target_spec)
         except TargetLoadError as exc:
             raise pytest.UsageError(str(exc)) from None
     return st.target
+
+
+def _ensure_peer(st: _State) -> Any:
+    """The peer engine, or None with ``st.peer_error`` saying why (loaded on first use)."""
+    from conformance.engines import NO_PEER, load_engine
+    from conformance.targets.base import TargetLoadError
+
+    if st.peer is None and st.peer_error is None:
+        if st.peer_spec == NO_PEER:
+            st.peer_error = (
+                "no peer engine: llama-cpp-python is not installed (the 'llamacpp' extra); "
+                "choose one with --peer"
+            )
+        else:
+            try:
+                st.peer = load_engine(st.peer_spec, role="peer")
+            except TargetLoadError as exc:
+                st.peer_error = str(exc)
+    return st.peer
 
 
 def is_conformance_item(item: pytest.Item) -> bool:
@@ -158,6 +222,10 @@ def is_conformance_item(item: pytest.Item) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _capabilities(item: pytest.Item, marker: str) -> frozenset[str]:
+    return frozenset(cap for mark in item.iter_markers(marker) for cap in mark.args)
 
 
 def _marked_ids(item: pytest.Item) -> list[str]:
@@ -177,12 +245,15 @@ def pytest_collection_modifyitems(
     if not conf_items:
         return
     registry = _registry(st)
-    from conformance.targets.base import capability_registry
+    from conformance.protocol import RENAMED
+    from conformance.protocol import registry as capabilities
 
-    known_caps = capability_registry()
+    known_caps = capabilities()
     problems: list[str] = []
     for item in conf_items:
         st.conformance_items.add(item.nodeid)
+        if "peer" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.differential)
         ids = _marked_ids(item)
         if not ids:
             problems.append(f"{item.nodeid}: conformance test has no @pytest.mark.invariant(...)")
@@ -197,10 +268,11 @@ def pytest_collection_modifyitems(
                 )
             else:
                 st.tests_by_invariant.setdefault(inv_id, set()).add(item.nodeid)
-        for mark in item.iter_markers("requires"):
-            for cap in mark.args:
+        for marker in ("requires", "uses"):
+            for cap in _capabilities(item, marker):
                 if cap not in known_caps:
-                    problems.append(f"{item.nodeid}: requires unknown capability {cap!r}")
+                    hint = f" (now {RENAMED[cap]!r})" if cap in RENAMED else ""
+                    problems.append(f"{item.nodeid}: {marker} unknown capability {cap!r}{hint}")
     if problems:
         st.conformance_items.clear()  # no report for an invalid suite
         raise pytest.UsageError(
@@ -224,14 +296,45 @@ def pytest_collection_modifyitems(
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
-    # Load the target now so a bad --target is reported before any test runs.
+    # Load the target now so a bad --target (or an explicitly named --peer) is reported before
+    # any test runs.
     _ensure_target(st)
+    if st.peer_named:
+        _ensure_peer(st)
+        if st.peer_error is not None:
+            raise pytest.UsageError(st.peer_error)
 
 
-@pytest.fixture(scope="session")
-def target(request: pytest.FixtureRequest) -> Any:
-    """The engine under test (an adapter implementing the target protocol)."""
-    return _ensure_target(_state(request.config))
+def _grant(st: _State, item: pytest.Item, engine: Any, label: str) -> gate.Grant:
+    required = _capabilities(item, "requires")
+    optional = _capabilities(item, "uses")
+    claimed = required if st.claims == "minimal" else frozenset(engine.capabilities)
+    return gate.make_grant(f"{label} '{engine.name}'", required, optional, claimed)
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest) -> gate.TargetView:
+    """The engine under test, as this test may use it: the members of the capabilities the test
+    declares (``requires`` / ``uses``), nothing else."""
+    st = _state(request.config)
+    engine = _ensure_target(st)
+    return gate.view(engine, _grant(st, request.node, engine, "target"))
+
+
+@pytest.fixture
+def peer(request: pytest.FixtureRequest) -> gate.TargetView:
+    """The engine a differential test compares the target with (``--peer``), seen through the
+    same capabilities as the target."""
+    st = _state(request.config)
+    engine = _ensure_peer(st)
+    if engine is None:
+        pytest.skip(st.peer_error or "no peer engine")
+    if st.peer_spec.strip() == st.target_spec.strip():
+        pytest.skip(f"target and peer are the same engine ({st.peer_spec})")
+    missing = sorted(_capabilities(request.node, "requires") - frozenset(engine.capabilities))
+    if missing:
+        pytest.skip(f"peer '{engine.name}' lacks capability '{missing[0]}'")
+    return gate.view(engine, _grant(st, request.node, engine, "peer"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -239,11 +342,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     st = _state(item.config)
     tgt = _ensure_target(st)
-    caps = getattr(tgt, "capabilities", ())
-    for mark in item.iter_markers("requires"):
-        for cap in mark.args:
-            if cap not in caps:
-                pytest.skip(f"target '{tgt.name}' lacks capability '{cap}'")
+    caps = frozenset(tgt.capabilities)
+    for cap in sorted(_capabilities(item, "requires")):
+        if cap not in caps:
+            pytest.skip(f"target '{tgt.name}' lacks capability '{cap}'")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(gate.SuiteDefect):
+        report.dc_suite_defect = str(call.excinfo.value)
+    return report
 
 
 class _ResultRecorder:
@@ -260,12 +370,15 @@ class _ResultRecorder:
         if outcome is None:
             return
         prev = st.results.get(report.nodeid)
-        rank = {"passed": 0, "skipped": 1, "failed": 2}
+        rank = {"passed": 0, "skipped": 1, "failed": 2, "suite-defect": 3}
         if prev is None or rank[outcome] > rank[prev.outcome]:
             st.results[report.nodeid] = TestResult(report.nodeid, outcome, reason)
 
 
 def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
+    defect = getattr(report, "dc_suite_defect", None)
+    if defect is not None:
+        return "suite-defect", defect
     if hasattr(report, "wasxfail"):
         # An expected failure is still a failure to conform.
         return "failed", f"xfail: {report.wasxfail}"
@@ -283,14 +396,13 @@ def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
 
 def _target_info(st: _State) -> dict[str, Any]:
     tgt = st.target
-    if tgt is None:
-        return {"name": st.target_spec, "version": None, "spec": st.target_spec, "capabilities": []}
-    return {
-        "name": tgt.name,
-        "version": tgt.version,
-        "spec": st.target_spec,
-        "capabilities": sorted(tgt.capabilities),
-    }
+    info: dict[str, Any] = {"name": st.target_spec, "version": None, "capabilities": []}
+    if tgt is not None:
+        info = {"name": tgt.name, "version": tgt.version, "capabilities": sorted(tgt.capabilities)}
+    peer = {"spec": st.peer_spec}
+    if st.peer is not None:
+        peer |= {"name": st.peer.name, "version": st.peer.version}
+    return {**info, "spec": st.target_spec, "peer": peer, "claims": st.claims}
 
 
 def _build(st: _State) -> dict[str, Any]:
@@ -299,9 +411,13 @@ def _build(st: _State) -> dict[str, Any]:
     return build_report(results, _target_info(st), extra={"hypothesis_profile": st.profile})
 
 
+def _collect_only(config: pytest.Config) -> bool:
+    return bool(config.getoption("collectonly", False))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
-    if not st.conformance_items:
+    if not st.conformance_items or _collect_only(session.config):
         return
     if st.report_dir is not None:
         report = _build(st)
@@ -316,7 +432,7 @@ _REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
-    if not st.conformance_items:
+    if not st.conformance_items or _collect_only(config):
         return
     report = config.stash.get(_REPORT_KEY, None) or _build(st)
     tr = terminalreporter
@@ -327,6 +443,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     failed = [i["id"] for i in report["invariants"] if i["outcome"] == "failed"]
     if failed:
         tr.write_line(f"failed invariants: {', '.join(failed)}", red=True)
+    defects = [i["id"] for i in report["invariants"] if i["outcome"] == "suite-defect"]
+    if defects:
+        tr.write_line(
+            f"suite defects (tests touching undeclared capabilities): {', '.join(defects)}",
+            red=True,
+        )
     if st.untested and st.traceability == "strict":
         msg = f"active invariants without a test ({len(st.untested)}): {', '.join(st.untested)}"
         tr.write_line(msg, red=True)

@@ -19,14 +19,16 @@ from typing import Any
 
 from conformance.spec import Invariant
 
-OUTCOMES = ("passed", "failed", "skipped", "untested", "planned")
+# "suite-defect": a test of the invariant touched what its markers do not declare
+# (conformance.gate): the suite, not the target, is wrong, so the invariant has no verdict.
+OUTCOMES = ("passed", "failed", "skipped", "suite-defect", "untested", "planned")
 SCHEMA_VERSION = 1
 
 
 @dataclass
 class TestResult:
     nodeid: str
-    outcome: str  # passed | failed | skipped
+    outcome: str  # passed | failed | skipped | suite-defect
     reason: str = ""
 
 
@@ -43,6 +45,8 @@ class InvariantResult:
         if not self.tests:
             return "untested"
         outcomes = {r.outcome for r in self.results}
+        if "suite-defect" in outcomes:
+            return "suite-defect"
         if "failed" in outcomes:
             return "failed"
         if "passed" in outcomes:
@@ -219,20 +223,25 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             outcome = inv["outcome"]
             if outcome == "failed":
                 outcome = "**FAILED**"
+            elif outcome == "suite-defect":
+                outcome = "**SUITE DEFECT**"
             elif outcome == "planned":
                 outcome = f"planned ({inv['status'].partition(':')[2]})"
             lines.append(
                 f"| {inv['id']} | {outcome} | {_md_escape(inv['statement'])} | {len(inv['tests'])} |"
             )
         lines.append("")
-    failed = [inv for inv in report["invariants"] if inv["outcome"] == "failed"]
-    if failed:
-        lines += ["## Failures", ""]
-        for inv in failed:
+    for outcome, title in (("failed", "Failures"), ("suite-defect", "Defects of the suite")):
+        hits = [inv for inv in report["invariants"] if inv["outcome"] == outcome]
+        if not hits:
+            continue
+        lines += [f"## {title}", ""]
+        for inv in hits:
             lines.append(f"- **{inv['id']}** {_md_escape(inv['statement'])}")
             for d in inv["details"]:
-                if d["outcome"] == "failed":
-                    lines.append(f"  - `{d['test']}`")
+                if d["outcome"] == outcome:
+                    why = f": {_md_escape(d['reason'])}" if d.get("reason") else ""
+                    lines.append(f"  - `{d['test']}`{why}")
         lines.append("")
     return "\n".join(lines)
 
@@ -288,7 +297,11 @@ def compare_targets(reports: Mapping[str, Mapping[str, Any]]) -> str:
         for inv in rep["invariants"]:
             by_id.setdefault(inv["id"], {})[name] = inv["outcome"]
             statements[inv["id"]] = inv["statement"]
-    differ = [i for i in sorted(by_id, key=_id_sort_key) if "failed" in by_id[i].values()]
+    differ = [
+        i
+        for i in sorted(by_id, key=_id_sort_key)
+        if {"failed", "suite-defect"} & set(by_id[i].values())
+    ]
     lines += ["", "## Failures on any target", ""]
     if not differ:
         lines.append("None.")

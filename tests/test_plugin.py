@@ -65,6 +65,7 @@ def test_outcomes_are_aggregated_per_invariant(suite: pytest.Pytester) -> None:
         "passed": 0,
         "failed": 2,
         "skipped": 0,
+        "suite-defect": 0,
         "untested": 1,
         "planned": 1,
     }
@@ -119,29 +120,153 @@ def test_strict_traceability_fails_and_names_ids(suite: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["*active invariants without a test (1): DEMO-004*"])
 
 
+EMPTY_TARGET = (
+    "class Empty:\n    name = 'empty'\n    version = '1'\n    capabilities = frozenset()\n"
+)
+
+
 def test_missing_capability_skips_and_is_counted(suite: pytest.Pytester) -> None:
     (suite.path / "conf" / "test_demo.py").write_text(
         "import pytest\n"
         "@pytest.mark.invariant('DEMO-001')\n"
-        "@pytest.mark.requires('demo.cap')\n"
+        "@pytest.mark.requires('model.load')\n"
         "def test_needs_cap():\n    pass\n"
     )
-    (suite.path / "conftest.py").write_text(
-        "import pytest\n"
-        "from conformance.targets import base\n"
-        "@pytest.hookimpl(tryfirst=True)\n"
-        "def pytest_configure(config):\n"
-        "    orig = base.capability_registry\n"
-        "    base.capability_registry = lambda: {**orig(), 'demo.cap': ('demo',)}\n"
-    )
-    result = run(suite, "--report-dir", "out", "-rs")
+    (suite.path / "emptymod.py").write_text(EMPTY_TARGET)
+    result = run(suite, "--target", "emptymod:Empty", "--report-dir", "out", "-rs")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*target 'reference' lacks capability 'demo.cap'*"])
+    result.stdout.fnmatch_lines(["*target 'empty' lacks capability 'model.load'*"])
     report = json.loads((suite.path / "out" / "conformance.json").read_text())
     assert {i["id"]: i["outcome"] for i in report["invariants"]}["DEMO-001"] == "skipped"
-    assert report["summary"]["skip_reasons"] == {
-        "target 'reference' lacks capability 'demo.cap'": 1
+    assert report["summary"]["skip_reasons"] == {"target 'empty' lacks capability 'model.load'": 1}
+
+
+def test_touching_an_undeclared_capability_is_a_suite_defect(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('model.load')\n"
+        "def test_sneaky(target):\n"
+        "    try:\n"
+        "        target.forward_logits  # model.forward, not declared\n"
+        "    except Exception:\n"
+        "        pass  # a test cannot swallow it\n"
+        "@pytest.mark.invariant('DEMO-002')\n"
+        "@pytest.mark.requires('model.load')\n"
+        "def test_honest(target):\n"
+        "    assert callable(target.load_model)\n"
+    )
+    result = run(suite, "--report-dir", "out")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*SuiteDefect: a test touched 'forward_logits', which belongs to capability "
+            "'model.forward'*",
+            "*suite defects (tests touching undeclared capabilities): DEMO-001*",
+        ]
+    )
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+    assert outcomes["DEMO-001"] == "suite-defect" and outcomes["DEMO-002"] == "passed"
+    assert report["summary"]["outcomes"]["suite-defect"] == 1
+    assert "Defects of the suite" in (suite.path / "out" / "conformance.md").read_text()
+
+
+def test_uses_answers_has_and_nothing_else(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.uses('model.forward')\n"
+        "def test_optional(target):\n"
+        "    assert target.has('model.forward') == (target.name == 'reference')\n"
+        "@pytest.mark.invariant('DEMO-002')\n"
+        "def test_undeclared_has(target):\n"
+        "    target.has('model.forward')\n"
+    )
+    (suite.path / "emptymod.py").write_text(EMPTY_TARGET)
+    for tgt in ("reference", "emptymod:Empty"):
+        result = run(suite, "--target", tgt, "--report-dir", "out")
+        report = json.loads((suite.path / "out" / "conformance.json").read_text())
+        outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+        assert outcomes["DEMO-001"] == "passed", tgt
+        assert outcomes["DEMO-002"] == "suite-defect", tgt
+        result.stdout.fnmatch_lines(["*add it to @pytest.mark.uses*"])
+
+
+def test_minimal_claims_hide_optional_capabilities(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('model.load')\n"
+        "@pytest.mark.uses('model.forward')\n"
+        "def test_optional(target):\n"
+        "    assert not target.has('model.forward')\n"
+    )
+    assert run(suite, "--claims", "minimal").ret == 0
+    assert run(suite).ret == 1  # the reference has it
+
+
+DIFFERENTIAL = (
+    "import pytest\n"
+    "@pytest.mark.invariant('DEMO-001')\n"
+    "@pytest.mark.requires('model.load')\n"
+    "def test_same_name(target, peer):\n"
+    "    assert peer.name != target.name\n"
+)
+
+
+def test_peer_skip_reasons_have_one_wording_per_cause(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(DIFFERENTIAL)
+    (suite.path / "emptymod.py").write_text(EMPTY_TARGET)
+    cases = {
+        "none": "no peer engine: llama-cpp-python is not installed*choose one with --peer*",
+        "reference": "target and peer are the same engine (reference)",
+        "emptymod:Empty": "peer 'empty' lacks capability 'model.load'",
     }
+    for peer, reason in cases.items():
+        result = run(suite, "--peer", peer, "-rs", "--report-dir", "out")
+        assert result.ret == 0, peer
+        result.stdout.fnmatch_lines([f"*{reason}*"])
+        report = json.loads((suite.path / "out" / "conformance.json").read_text())
+        assert report["summary"]["target"]["peer"]["spec"] == peer
+
+
+def test_differential_tests_are_marked_and_run_against_a_peer(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(DIFFERENTIAL)
+    result = run(
+        suite,
+        "--target",
+        "mutant:san-gap-accepted",
+        "--peer",
+        "reference",
+        "-m",
+        "differential",
+        "-v",
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*test_same_name PASSED*"])
+
+
+def test_collect_only_leaves_reports_alone_and_exits_zero(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok():\n    pass\n"
+    )
+    result = run(suite, "--co", "--report-dir", "out", "--traceability", "strict")
+    assert result.ret == 0
+    assert not (suite.path / "out").exists()
+    assert "= conformance: target" not in result.stdout.str()
+
+
+def test_renamed_capability_is_named(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('decode.logits')\ndef test_ok():\n    pass\n"
+    )
+    result = run(suite)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*requires unknown capability 'decode.logits' (now 'decoder.logits')*"]
+    )
 
 
 def test_only_invariants_selects_tests(suite: pytest.Pytester) -> None:
@@ -166,6 +291,17 @@ def test_only_invariants_selects_tests(suite: pytest.Pytester) -> None:
     ("target", "message"),
     [
         ("nope", "ERROR: unknown target 'nope'; use one of reference, llamacpp*"),
+        ("okmod:Renamed", "ERROR: target 'okmod:Renamed' declares 'decode.logits', which is now*"),
+        ("okmod:NoMethod", "ERROR: target 'okmod:NoMethod': capability 'model.load' needs method*"),
+        (
+            "okmod:BadSignature",
+            "ERROR: target 'okmod:BadSignature': capability 'tokenizer.tokenize': "
+            "tokenize(model, text, add_special=..., parse_special=...) cannot be called*",
+        ),
+        (
+            "okmod:Implied",
+            "ERROR: target 'okmod:Implied' declares 'sampling.top_k' but not 'sampling.chain'*",
+        ),
         (
             "no_such_module:x",
             "ERROR: target 'no_such_module:x': module 'no_such_module' failed to import*",
@@ -196,6 +332,16 @@ def test_bad_targets_give_one_clear_line(suite: pytest.Pytester, target: str, me
         "class NoName:\n    version = '1'\n    capabilities = ()\n"
         "class UnknownCap:\n    name = 'u'\n    version = '1'\n    capabilities = ('x.y',)\n"
         "class Broken:\n    def __init__(self):\n        raise ValueError('nope')\n"
+        "class Renamed:\n    name = 'r'\n    version = '1'\n    capabilities = ('decode.logits',)\n"
+        "class NoMethod:\n    name = 'n'\n    version = '1'\n    capabilities = ('model.load',)\n"
+        "class BadSignature:\n    name = 'b'\n    version = '1'\n"
+        "    capabilities = ('tokenizer.tokenize',)\n"
+        "    def load_model(self, path): ...\n"
+        "    def model_info(self, model): ...\n"
+        "    def tokenize(self, model, text, add_bos=True): ...\n"
+        "    def token_to_piece(self, model, token, special=False): ...\n"
+        "    def detokenize(self, model, tokens, remove_special=False, unparse_special=False): ...\n"
+        "class Implied:\n    name = 'i'\n    version = '1'\n    capabilities = ('sampling.top_k',)\n"
     )
     result = run(suite, "--target", target)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -445,6 +445,7 @@ def test_split_all_fallback(target: Any) -> None:
 
 
 @pytest.mark.invariant("SPL-019")
+@pytest.mark.uses("batch.split_plan")
 def test_split_argument_errors(target: Any) -> None:
     _, sp = _splitter(target, Batch.get_one([1, 2, 3]))
     sp.split_simple(1)
@@ -458,7 +459,7 @@ def test_split_argument_errors(target: Any) -> None:
         (lambda: target.batch_ubatch_reserve(0, 2), "SPL_RESERVE"),
         (lambda: target.batch_ubatch_reserve(2, LLAMA_MAX_SEQ + 1), "SPL_RESERVE"),
     ]
-    if "batch.split_plan" in target.capabilities:
+    if target.has("batch.split_plan"):
         calls.append(
             (
                 lambda: target.batch_split_plan("paged", unified=True, embd_all=False),

@@ -139,14 +139,19 @@ def test_each_step_adds_exactly_one_cell_per_active_sequence(
     gen = make_gen(n_seq_max=4)
     ctx = gen.ctx
     used: list[int] = []
-    inner_decode = ctx.decode
 
-    def counting_decode(b: Any) -> int:
-        code = inner_decode(b)
-        used.append(ctx.memory.get_used())
-        return code
+    class Counting:
+        """The context, recording the used cells after every decode."""
 
-    ctx.decode = counting_decode
+        def decode(self, b: Any) -> int:
+            code = int(ctx.decode(b))
+            used.append(ctx.memory.get_used())
+            return code
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(ctx, name)
+
+    gen.ctx = Counting()
     res = generate(gen)
     steps = decode_steps(res)
     n_prefill_calls = len(next(s for s in res.trace if s.phase == "prefill").calls)

@@ -28,6 +28,8 @@ def snapshot_state(ctx: Any, target: Any) -> Any:
     return view
 
 
+@pytest.mark.requires("decoder.memory_ops")
+@pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-015")
 def test_empty_batch_is_invalid_and_changes_nothing(
     new_ctx: Callable[..., Any], target: Any
@@ -50,6 +52,8 @@ INVALID_BATCHES = {
 }
 
 
+@pytest.mark.requires("decoder.memory_ops")
+@pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-016", "DEC-013")
 @pytest.mark.parametrize("case", sorted(INVALID_BATCHES))
 def test_rejected_batches_return_minus_one_and_change_nothing(
@@ -64,7 +68,7 @@ def test_rejected_batches_return_minus_one_and_change_nothing(
 
 
 @pytest.mark.invariant("DEC-017", "DEC-014")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.memory_ops")
 @pytest.mark.parametrize(("tokens", "index"), [([5, -1, 6], 1), ([5, 6, N_VOCAB, -3], 2)])
 def test_token_outside_vocabulary_names_the_first_bad_token(
     new_ctx: Callable[..., Any], tokens: list[int], index: int
@@ -118,8 +122,9 @@ def test_decode_always_returns_a_documented_code(
         assert ctx.last_error is not None and ctx.last_error.code
 
 
+@pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-018")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.memory_ops")
 def test_batch_larger_than_n_batch_is_invalid(new_ctx: Callable[..., Any], target: Any) -> None:
     ctx = new_ctx(n_batch=8, n_ubatch=4)
     before = snapshot_state(ctx, target)
@@ -131,8 +136,9 @@ def test_batch_larger_than_n_batch_is_invalid(new_ctx: Callable[..., Any], targe
     assert ctx.last_error.code == "SAN_TOKEN_RANGE"
 
 
+@pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-019")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.non_causal", "decoder.memory_ops")
 def test_non_causal_batch_larger_than_n_ubatch_is_invalid(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -144,8 +150,9 @@ def test_non_causal_batch_larger_than_n_ubatch_is_invalid(
     assert ctx.decode(batch(prompt(4))) == 0
 
 
+@pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-020")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.memory_ops")
 def test_embedding_rows_of_the_wrong_width_are_invalid(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
@@ -184,6 +191,7 @@ def _fill(ctx: Any, n: int, n_batch: int) -> None:
         assert ctx.decode(batch(toks[i : i + n_batch])) == 0
 
 
+@pytest.mark.uses("decoder.introspection", "decoder.errors")
 @pytest.mark.invariant("DEC-023")
 @pytest.mark.requires("decoder.memory_ops")
 def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
@@ -217,16 +225,18 @@ def test_failed_prepare_gets_one_optimizing_update_and_no_blind_retry(
 
 
 @pytest.mark.invariant("DEC-027", "DEC-028")
-@pytest.mark.requires("decoder.faults", "decoder.memory_ops")
+@pytest.mark.requires(
+    "decoder.faults", "decoder.memory_ops", "decoder.introspection", "decoder.errors"
+)
 @pytest.mark.parametrize(
     ("status", "code"), [(ComputeStatus.ALLOC_FAILED, -2), (ComputeStatus.FAILED, -3)]
 )
 def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
-    new_ctx: Callable[..., Any], status: ComputeStatus, code: int
+    new_ctx: Callable[..., Any], target: Any, status: ComputeStatus, code: int
 ) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4, n_seq_max=2, kv_unified=True, trace=True)
     assert ctx.decode(batch(prompt(3), seqs=[[1]] * 3)) == 0
-    ctx.inject_failure(1, status)  # ubatch 1 of the next decode fails
+    target.inject_failure(ctx, 1, status)  # ubatch 1 of the next decode fails
     # tokens 0-3 -> ubatch 0, 4-7 -> ubatch 1 (fails), 8-9 -> ubatch 2 never runs
     assert ctx.decode(batch(prompt(10))) == code
     assert ctx.last_error.code == {-2: "DEC_ALLOC_FAILED", -3: "DEC_COMPUTE_FAILED"}[code]
@@ -238,10 +248,12 @@ def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
 
 @pytest.mark.invariant("DEC-028")
 @pytest.mark.requires("decoder.faults", "decoder.memory_ops")
-def test_rollback_covers_every_sequence_of_a_coupled_token(new_ctx: Callable[..., Any]) -> None:
+def test_rollback_covers_every_sequence_of_a_coupled_token(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=8, n_seq_max=2, kv_unified=True)
     assert ctx.decode(batch(prompt(2), seqs=[[0, 1]] * 2)) == 0
-    ctx.inject_failure(0, ComputeStatus.FAILED)
+    target.inject_failure(ctx, 0, ComputeStatus.FAILED)
     assert ctx.decode(batch(prompt(2), seqs=[[0, 1]] * 2)) == -3
     assert ctx.seq_pos_max(0) == 1 and ctx.seq_pos_max(1) == 1
 
@@ -295,7 +307,7 @@ def test_trace_follows_the_seven_steps(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-012")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.embeddings")
 @pytest.mark.parametrize("flags", [[1, 0, 0, 1, 0, 1, 1], None, [0] * 6 + [1]])
 def test_per_ubatch_output_counts(new_ctx: Callable[..., Any], flags: Any) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=3, trace=True)

@@ -18,15 +18,17 @@ def last_kinds(ctx: Any) -> list[str]:
 
 
 @pytest.mark.invariant("DEC-025")
-@pytest.mark.requires("decoder.faults", "decoder.introspection")
+@pytest.mark.requires(
+    "decoder.faults", "decoder.introspection", "decoder.memory_ops", "decoder.errors"
+)
 @pytest.mark.parametrize("fault", ["memory_no_update", "memory_failed_compute"])
 def test_unexpected_memory_status_is_minus_two_before_any_ubatch(
-    new_ctx: Callable[..., Any], fault: str
+    new_ctx: Callable[..., Any], target: Any, fault: str
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     assert ctx.decode(batch(prompt(3))) == 0
     before = memory_view(ctx)
-    ctx.inject_fault(fault)
+    target.inject_fault(ctx, fault)
     assert ctx.decode(batch(prompt(4))) == -2
     assert ctx.last_error.code == "DEC_MEMORY_STATUS"
     assert "apply" not in last_kinds(ctx)
@@ -34,13 +36,16 @@ def test_unexpected_memory_status_is_minus_two_before_any_ubatch(
 
 
 @pytest.mark.invariant("DEC-026")
-@pytest.mark.requires("decoder.faults", "decoder.introspection")
+@pytest.mark.requires(
+    "decoder.faults", "decoder.introspection", "decoder.memory_ops", "decoder.errors"
+)
 def test_failed_output_reservation_is_minus_two_before_any_ubatch(
     new_ctx: Callable[..., Any],
+    target: Any,
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     before = memory_view(ctx)
-    ctx.inject_fault("output_reserve")
+    target.inject_fault(ctx, "output_reserve")
     assert ctx.decode(batch(prompt(4))) == -2
     assert ctx.last_error.code == "DEC_OUTPUT_RESERVE"
     assert "apply" not in last_kinds(ctx)
@@ -48,11 +53,15 @@ def test_failed_output_reservation_is_minus_two_before_any_ubatch(
 
 
 @pytest.mark.invariant("DEC-032")
-@pytest.mark.requires("decoder.faults")
-def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(new_ctx: Callable[..., Any]) -> None:
+@pytest.mark.requires("decoder.faults", "decoder.errors", "decoder.memory_ops")
+def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.decode(batch(prompt(3))) == 0
-    ctx.inject_fault("output_rows")  # the first ubatch of the next decode extracts a row too few
+    target.inject_fault(
+        ctx, "output_rows"
+    )  # the first ubatch of the next decode extracts a row too few
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
     assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
     assert ctx.seq_pos_max(0) == 2  # the failed ubatch's positions 3.. are rolled back
@@ -60,17 +69,19 @@ def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(new_ctx: Callable[..
 
 
 @pytest.mark.invariant("DEC-033")
-@pytest.mark.requires("decoder.faults")
-def test_total_row_count_is_checked_at_finalization(new_ctx: Callable[..., Any]) -> None:
+@pytest.mark.requires("decoder.faults", "decoder.errors")
+def test_total_row_count_is_checked_at_finalization(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
-    ctx.inject_fault("output_total")
+    target.inject_fault(ctx, "output_total")
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
     assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
     assert invalid(lambda: ctx.get_logits_ith(0))
 
 
 @pytest.mark.invariant("DEC-046", "DEC-047")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.memory_ops")
 def test_worst_case_reservations(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=100, n_ubatch=50, n_seq_max=3, kv_unified=True)
     # prompt shape: n_tokens = min(n_ctx, n_ubatch) = 50 -> rounded up to 51 (3 x 17)
@@ -94,7 +105,13 @@ def test_worst_case_reservations(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-049")
-@pytest.mark.requires("decoder.errors", "decoder.memory_ops")
+@pytest.mark.requires(
+    "decoder.errors",
+    "decoder.memory_ops",
+    "decoder.encode",
+    "decoder.introspection",
+    "decoder.non_causal",
+)
 def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., Any]) -> None:
     toks = prompt(7)
     ctx = new_ctx(n_batch=16, n_ubatch=16)
@@ -114,7 +131,7 @@ def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., A
 
 
 @pytest.mark.invariant("DEC-050")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.encode")
 def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.encode(batch(prompt(5))) == -1
@@ -123,7 +140,13 @@ def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> 
 
 
 @pytest.mark.invariant("OUT-033")
-@pytest.mark.requires("decoder.introspection", "decoder.memory_ops")
+@pytest.mark.requires(
+    "decoder.introspection",
+    "decoder.memory_ops",
+    "decoder.sample_router",
+    "sampling.greedy",
+    "decoder.errors",
+)
 def test_sequences_with_a_sampler_have_an_output_limit(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=2, kv_unified=True)
     ctx.set_sampler(0, ["greedy"])
@@ -148,7 +171,7 @@ def test_sequences_with_a_sampler_have_an_output_limit(new_ctx: Callable[..., An
 
 
 @pytest.mark.invariant("OUT-034")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.sample_router", "sampling.greedy")
 def test_sampled_tokens_follow_the_row_mapping(new_ctx: Callable[..., Any]) -> None:
     # per-sequence streams: an equal split emits sequence-major, so rows need reordering
     ctx = new_ctx(n_ctx=768, n_batch=16, n_ubatch=3, n_seq_max=3, n_outputs_max_per_seq=2)

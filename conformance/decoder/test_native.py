@@ -45,6 +45,7 @@ def _pair(new_ctx: Callable[..., Any], model: str, **params: Any) -> tuple[Any, 
     return ref, nat
 
 
+@pytest.mark.requires("decoder.native", "decoder.logits")
 @pytest.mark.invariant("DEC-060")
 @pytest.mark.parametrize(
     ("model", "n_seqs", "unified"),
@@ -68,6 +69,7 @@ def test_native_step_matches_the_torch_forward(
     assert n_native == 8
 
 
+@pytest.mark.requires("decoder.embeddings", "decoder.native", "decoder.logits")
 @pytest.mark.invariant("DEC-060")
 def test_native_step_embeddings_match(new_ctx: Callable[..., Any]) -> None:
     ref, nat = _pair(new_ctx, "gqa", embeddings=True, pooling=0)
@@ -88,6 +90,7 @@ def _kv(ctx: Any) -> list[torch.Tensor]:
     return [t.clone() for t in (*ctx.memory.k, *ctx.memory.v)]
 
 
+@pytest.mark.requires("decoder.native", "decoder.logits")
 @pytest.mark.invariant("DEC-061")
 @pytest.mark.parametrize("unified", [True, False])
 def test_native_step_writes_exactly_the_slot_cell(
@@ -112,6 +115,9 @@ def test_native_step_writes_exactly_the_slot_cell(
             assert changed == [[stream, cell]], changed
 
 
+@pytest.mark.requires(
+    "decoder.native", "decoder.logits", "decoder.kv_dtype", "decoder.attention_backend"
+)
 @pytest.mark.invariant("DEC-062")
 def test_decode_path_selection(new_ctx: Callable[..., Any]) -> None:
     from reference_impl.errors import DecoderError

@@ -52,7 +52,7 @@ def test_logits_do_not_depend_on_the_split(
 
 
 @pytest.mark.invariant("DEC-058")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.attention_backend")
 @pytest.mark.parametrize("backend", ["triton-1pass", "triton-2pass"])
 def test_triton_attention_backend_matches_the_torch_path(
     new_ctx: Callable[..., Any], backend: str
@@ -74,6 +74,7 @@ def test_triton_attention_backend_matches_the_torch_path(
     assert nmse(rows["torch"], rows[backend]) < 1e-10
 
 
+@pytest.mark.requires("decoder.kv_dtype", "decoder.native")
 @pytest.mark.invariant("DEC-064")
 @pytest.mark.parametrize("decode_path", ["torch", "auto"])
 def test_float16_kv_cache_decodes_like_float32(

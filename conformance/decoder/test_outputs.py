@@ -41,7 +41,7 @@ def selection_sort_swaps(order: list[int]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.invariant("OUT-001", "OUT-002")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.embeddings")
 def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=64, n_seq_max=4, kv_unified=True, embeddings=True)
     out = ctx.outputs
@@ -58,11 +58,11 @@ def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("OUT-003", "OUT-022")
-@pytest.mark.requires("decoder.faults")
-def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> None:
+@pytest.mark.requires("decoder.faults", "decoder.introspection")
+def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any], target: Any) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
     assert ctx.decode(batch(prompt(6), all_out=True)) == 0
-    ctx.inject_failure(1, ComputeStatus.FAILED)
+    target.inject_failure(ctx, 1, ComputeStatus.FAILED)
     assert ctx.decode(batch(prompt(8), all_out=True)) == -3
     assert ctx.n_outputs() == 0
     assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (-1, -2, 0, 3, 7))
@@ -116,7 +116,7 @@ def test_rows_follow_emission_order_and_swaps_are_a_selection_sort(
 
 
 @pytest.mark.invariant("OUT-008", "OUT-009")
-@pytest.mark.requires("decoder.introspection", "decoder.embeddings")
+@pytest.mark.requires("decoder.introspection", "decoder.embeddings", "decoder.memory_ops")
 def test_swaps_apply_on_first_access_only(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=32, n_ubatch=8, n_seq_max=2, embeddings=True, pooling=1)
     assert ctx.decode(multi_seq_batch(2, 4)) == 0

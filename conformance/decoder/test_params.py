@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from conformance.decoder.helpers import batch, invalid, prompt
+from conformance.gate import release
 
-pytestmark = pytest.mark.requires("decoder.logits")
+pytestmark = pytest.mark.requires("decoder.params")
 
 N_CTX_TRAIN = 256  # of the fixture models
 
@@ -42,6 +43,7 @@ def test_causal_n_batch_is_capped_by_the_unpadded_n_ctx(new_ctx: Callable[..., A
     assert new_ctx(n_ctx=0, n_batch=1000, n_ubatch=64).n_batch() == N_CTX_TRAIN
 
 
+@pytest.mark.requires("decoder.non_causal")
 @pytest.mark.invariant("DEC-004", "DEC-003")
 def test_non_causal_n_batch_is_the_request(new_ctx: Callable[..., Any]) -> None:
     assert new_ctx(n_ctx=300, n_batch=1000, n_ubatch=64, attention_type=1).n_batch() == 1000
@@ -65,6 +67,7 @@ def test_n_ctx_split_among_sequences_can_grow(new_ctx: Callable[..., Any]) -> No
     assert new_ctx(n_ctx=1024, n_batch=64, n_seq_max=2).n_ctx_seq() == 512
 
 
+@pytest.mark.requires("decoder.embeddings")
 @pytest.mark.invariant("DEC-009", "DEC-010")
 def test_default_parameters(target: Any, load: Callable[[str], Any]) -> None:
     ctx = target.new_context(load("gqa"))
@@ -76,11 +79,10 @@ def test_default_parameters(target: Any, load: Callable[[str], Any]) -> None:
         # embeddings off by default: no per-token embeddings
         assert invalid(lambda: ctx.get_embeddings_ith(0))
     finally:
-        close = getattr(ctx, "close", None)
-        if close:
-            close()
+        release(ctx)
 
 
+@pytest.mark.requires("decoder.logits", "decoder.non_causal")
 @pytest.mark.invariant("DEC-003")
 def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:
     """Under causal attention a token's logits ignore later tokens; non-causally they do not."""
@@ -99,7 +101,7 @@ def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-008")
-@pytest.mark.requires("decoder.embeddings")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings")
 def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True, pooling=-1)
     assert ctx.decode(batch(prompt(4))) == 0
@@ -108,6 +110,7 @@ def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., 
 
 
 @pytest.mark.invariant("DEC-059")
+@pytest.mark.uses("decoder.errors")
 def test_more_sequences_than_output_rows_is_refused_at_creation(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:

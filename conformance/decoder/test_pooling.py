@@ -55,7 +55,7 @@ def test_pooler_table_values() -> None:
 
 
 @pytest.mark.invariant("OUT-024")
-@pytest.mark.requires("model.weights")
+@pytest.mark.requires("model.weights", "decoder.logits")
 def test_none_pooling_gives_final_hidden_states(
     new_ctx: Callable[..., Any], target: Any, load: Callable[[str], Any]
 ) -> None:
@@ -68,6 +68,7 @@ def test_none_pooling_gives_final_hidden_states(
     assert invalid(lambda: ctx.get_embeddings_seq(0))
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("OUT-025", "OUT-028")
 def test_mean_pooling_averages_every_listed_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -79,6 +80,7 @@ def test_mean_pooling_averages_every_listed_token(new_ctx: Callable[..., Any]) -
         assert nmse(emb[rows].mean(axis=0), got) < 1e-10
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("OUT-026")
 def test_cls_pooling_takes_the_smallest_position_first_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -88,6 +90,7 @@ def test_cls_pooling_takes_the_smallest_position_first_token(new_ctx: Callable[.
         assert np.array_equal(ctx.get_embeddings_seq(s), emb[row])
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("OUT-027")
 def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -110,6 +113,7 @@ def test_rank_pooling_without_classifier_is_refused(
     assert getattr(exc.value, "code", None) == "DEC_POOLING_UNSUPPORTED"
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("OUT-029")
 def test_split_sequence_pools_over_its_last_ubatch(new_ctx: Callable[..., Any]) -> None:
     toks = prompt(6)
@@ -122,6 +126,7 @@ def test_split_sequence_pools_over_its_last_ubatch(new_ctx: Callable[..., Any]) 
     assert nmse(emb.mean(axis=0), ctx.get_embeddings_seq(0)) > 1e-6
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("OUT-030")
 def test_pooled_embeddings_cover_exactly_the_last_batch(new_ctx: Callable[..., Any]) -> None:
     ctx = pooled(new_ctx, MEAN)
@@ -132,7 +137,7 @@ def test_pooled_embeddings_cover_exactly_the_last_batch(new_ctx: Callable[..., A
 
 
 @pytest.mark.invariant("OUT-031", "OUT-032")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.logits")
 def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True)
     flags = [0, 1, 1, 0, 1, 0, 1, 1, 0, 1]
@@ -150,6 +155,7 @@ def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> No
     assert getattr(exc.value, "code", None) == "OUT_NO_SEQ_ROW"
 
 
+@pytest.mark.requires("decoder.logits")
 @pytest.mark.invariant("DEC-057")
 @pytest.mark.parametrize(("n_seq_max", "n_ubatch"), [(3, 16), (5, 16), (2, 16)])
 def test_pooled_context_for_any_n_ubatch(

@@ -170,6 +170,7 @@ def test_failed_decode_ends_generation_with_its_code(make_gen: Callable[..., Gen
     assert exc.value.trace[-1].calls[-1]["code"] == 2
 
 
+@pytest.mark.requires("tokenizer.tokenize")
 @pytest.mark.invariant("GEN-012", "GEN-016")
 def test_trace_schema_order_and_json_round_trip(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=2)

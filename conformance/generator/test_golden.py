@@ -52,6 +52,7 @@ def summary(res: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.requires("tokenizer.tokenize")
 @pytest.mark.invariant("GEN-021")
 @pytest.mark.parametrize("model", ["gqa", "q4"])
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -23,7 +23,7 @@ from reference_impl.errors import EngineError
 pytestmark = pytest.mark.requires("kv_quant.formats")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def impls(target: Any) -> tuple[str, ...]:
     return tuple(target.kv_quant_impls())
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.requires("kv_quant.formats")
 QTYPES = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def impls(target: Any) -> tuple[str, ...]:
     return tuple(target.kv_quant_impls())
 

@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from conformance.fixtures.gguf_models import FIXTURES, TINY_FIXTURES, fixture_vocab, write_gguf
+from conformance.fixtures.gguf_models import EOS, FIXTURES, TINY_FIXTURES, fixture_vocab, write_gguf
 
 pytestmark = pytest.mark.requires("model.load")
 
@@ -42,6 +42,7 @@ def test_hparams_as_written(name: str, target: Any, load: Callable[[str], Any]) 
         "n_head": cfg.n_head,
         "n_head_kv": cfg.n_head_kv,
         "n_ctx_train": cfg.n_ctx_train,
+        "eos": EOS,
     }
 
 

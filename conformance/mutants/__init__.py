@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conformance.targets.base import TargetLoadError
+from conformance.targets.reference import ReferenceTarget
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ def all_mutants() -> dict[str, Mutant]:
 
 
 def load_mutant_target(mutant_id: str) -> Any:
-    from conformance.targets.reference import ReferenceTarget
-
+    """The ``mutant:<id>`` scheme of :mod:`conformance.engines`."""
     registry = all_mutants()
     if mutant_id not in registry:
         raise TargetLoadError(

@@ -1,8 +1,4 @@
-"""Fixtures of the sampling conformance tests (helpers live in support.py).
-
-Registers the ``parity`` marker: tests that compare the target with llama.cpp itself
-(through llama-cpp-python) carry it, so a nox session can select or exclude them.
-"""
+"""Fixtures of the sampling conformance tests (helpers live in support.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +6,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "parity: differential test against llama.cpp (needs llama-cpp-python)"
-    )
 
 
 @pytest.fixture

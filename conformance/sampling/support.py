@@ -7,7 +7,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import pytest
 
+from conformance.protocol.sampling import samplers_named
+from reference_impl.sampling import candidates as candidate_rules
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
@@ -21,6 +24,21 @@ def chain_of(target: Any, spec: Any) -> Iterator[Any]:
         yield handle
     finally:
         target.sampler_free(handle)
+
+
+def needs_samplers(spec: Any, *values: Any, id: str | None = None, marks: Any = ()) -> Any:
+    """``pytest.param(*values)`` requiring the sampler capabilities the chain ``spec`` names
+    (``sampling.top_k`` ...), so a target without one skips only the cases that use it."""
+    caps = sorted(samplers_named(spec))
+    extra = [pytest.mark.requires(*caps)] if caps else []
+    return pytest.param(*values, id=id, marks=[*marks, *extra])
+
+
+def candidates(logits: np.ndarray) -> TokenDataArray:
+    """The full-vocabulary candidate array of a logits row, as test *input*: built with the
+    reference's rules (SMP-001), so a test that only needs an array does not need the target's
+    ``sampling.candidates``."""
+    return candidate_rules.build_candidates(logits)
 
 
 def apply_once(target: Any, spec: Any, cur: TokenDataArray) -> TokenDataArray:

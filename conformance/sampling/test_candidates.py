@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import chain_of, same_array
-from conformance.strategies.sampling import chains, logits_rows, token_arrays
+from conformance.sampling.support import candidates, chain_of, same_array
+from conformance.strategies.sampling import (
+    FILTER_CAPABILITIES,
+    available_filters,
+    chains,
+    logits_rows,
+    token_arrays,
+)
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -91,7 +97,7 @@ def _bad_arrays() -> list[tuple[str, TokenDataArray, str, str, int | None]]:
 
 
 @pytest.mark.invariant("SMP-003")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @pytest.mark.parametrize("case", _bad_arrays(), ids=lambda c: c[0])
 def test_apply_rejects_bad_arrays_without_touching_the_stream(
     target: Any, make_chain: Any, case: tuple[str, TokenDataArray, str, str, int | None]
@@ -101,18 +107,20 @@ def test_apply_rejects_bad_arrays_without_touching_the_stream(
     with pytest.raises(SamplingError) as info:
         target.sampler_apply(seeded, bad)
     assert (info.value.code, info.value.field, info.value.index) == (code, field, index)
-    good = target.build_candidates(np.zeros(500, F32))
+    good = candidates(np.zeros(500, F32))
     after = [target.sampler_apply(seeded, good).selected for _ in range(6)]
     expected = [target.sampler_apply(fresh, good).selected for _ in range(6)]
     assert after == expected, "a rejected call advanced the random stream"
 
 
 @pytest.mark.invariant("SMP-004")
-@pytest.mark.requires("sampling.samplers")
-@given(cur=token_arrays(1, 80, max_scale=2.0), spec=chains(), selected=st.integers(-1, 0))
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.uses(*FILTER_CAPABILITIES)
+@given(cur=token_arrays(1, 80, max_scale=2.0), data=st.data(), selected=st.integers(-1, 0))
 def test_apply_leaves_the_input_unchanged(
-    target: Any, cur: TokenDataArray, spec: list[Any], selected: int
+    target: Any, cur: TokenDataArray, data: st.DataObject, selected: int
 ) -> None:
+    spec = data.draw(chains(available_filters(target)), label="spec")
     cur.selected = selected
     before = cur.copy()
     with chain_of(target, spec) as handle:

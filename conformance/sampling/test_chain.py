@@ -10,8 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import apply_once, chain_of, describe, same_array
-from conformance.strategies.sampling import chains, logits_from_seed, token_arrays
+from conformance.sampling.support import (
+    apply_once,
+    candidates,
+    chain_of,
+    describe,
+    needs_samplers,
+    same_array,
+)
+from conformance.strategies.sampling import (
+    FILTER_CAPABILITIES,
+    available_filters,
+    chains,
+    logits_from_seed,
+    token_arrays,
+)
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -19,11 +32,13 @@ F32 = np.float32
 
 
 @pytest.mark.invariant("SMP-010")
-@pytest.mark.requires("sampling.samplers")
-@given(cur=token_arrays(2, 80, max_scale=2.0), spec=chains())
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.uses(*FILTER_CAPABILITIES)
+@given(cur=token_arrays(2, 80, max_scale=2.0), data=st.data())
 def test_chain_equals_members_applied_in_turn(
-    target: Any, cur: TokenDataArray, spec: list[Any]
+    target: Any, cur: TokenDataArray, data: st.DataObject
 ) -> None:
+    spec = data.draw(chains(available_filters(target)), label="spec")
     whole = apply_once(target, spec, cur)
     step = cur
     for entry in spec:
@@ -32,10 +47,10 @@ def test_chain_equals_members_applied_in_turn(
 
 
 @pytest.mark.invariant("SMP-010")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.temp", "sampling.top_p")
 def test_chain_order_matters(target: Any) -> None:
     # temperature 0.5 sharpens the distribution: top-p 0.8 then needs fewer tokens
-    cur = target.build_candidates(np.log(np.array([0.3, 0.25, 0.2, 0.15, 0.1])))
+    cur = candidates(np.log(np.array([0.3, 0.25, 0.2, 0.15, 0.1])))
     temp_first = apply_once(target, [["temp", {"t": 0.5}], ["top_p", {"p": 0.8}]], cur)
     top_p_first = apply_once(target, [["top_p", {"p": 0.8}], ["temp", {"t": 0.5}]], cur)
     assert top_p_first.ids.tolist() == [0, 1, 2, 3]
@@ -46,7 +61,7 @@ PENALISE = ["penalties", {"last_n": 8, "repeat": 1.0, "freq": 1.0, "present": 0.
 
 
 @pytest.mark.invariant("SMP-011")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.min_p", "sampling.penalties", "sampling.top_k")
 @pytest.mark.parametrize("position", [0, 1, 2])
 def test_accept_reaches_every_member(target: Any, make_chain: Any, position: int) -> None:
     members: list[Any] = [["min_p", {"p": 1e-6}], ["top_k", {"k": 50}]]
@@ -54,7 +69,7 @@ def test_accept_reaches_every_member(target: Any, make_chain: Any, position: int
     chain = make_chain(members)
     for token in (3, 3, 7):
         target.sampler_accept(chain, token)
-    cur = target.build_candidates(np.zeros(20, F32))
+    cur = candidates(np.zeros(20, F32))
     out = target.sampler_apply(chain, cur)
     by_id = dict(zip(out.ids.tolist(), out.logits.tolist(), strict=True))
     assert by_id[3] == -2.0 and by_id[7] == -1.0  # freq 1 per occurrence
@@ -62,7 +77,7 @@ def test_accept_reaches_every_member(target: Any, make_chain: Any, position: int
 
 
 @pytest.mark.invariant("SMP-011")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist", "sampling.penalties", "sampling.top_k")
 def test_reset_reaches_every_member(target: Any, make_chain: Any) -> None:
     spec = [PENALISE, ["top_k", {"k": 500}], ["dist", {"seed": 31337}]]
     chain, fresh = make_chain(spec), make_chain(spec)
@@ -75,7 +90,7 @@ def test_reset_reaches_every_member(target: Any, make_chain: Any) -> None:
 
 
 @pytest.mark.invariant("SMP-012")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist", "sampling.penalties", "sampling.top_k")
 @given(warmup=st.integers(0, 6), seed=st.integers(0, 2**32 - 2))
 def test_clone_continues_from_the_same_state(target: Any, warmup: int, seed: int) -> None:
     spec = [
@@ -97,7 +112,7 @@ def test_clone_continues_from_the_same_state(target: Any, warmup: int, seed: int
 
 
 @pytest.mark.invariant("SMP-013")
-@pytest.mark.requires("sampling.samplers", "sampling.candidates")
+@pytest.mark.requires("sampling.chain", "sampling.dist", "sampling.penalties")
 @given(seed=st.integers(0, 2**32 - 2), n=st.integers(2, 300))
 def test_sample_returns_the_selected_id_and_accepts_it(target: Any, seed: int, n: int) -> None:
     logits = logits_from_seed(seed, n, 2.0)
@@ -105,27 +120,29 @@ def test_sample_returns_the_selected_id_and_accepts_it(target: Any, seed: int, n
     with chain_of(target, spec) as chain:
         probe = target.sampler_clone(chain)
         try:
-            predicted = target.sampler_apply(probe, target.build_candidates(logits))
+            predicted = target.sampler_apply(probe, candidates(logits))
         finally:
             target.sampler_free(probe)
         token = target.sampler_sample(chain, logits)
         assert token == int(predicted.ids[predicted.selected])
         # the token is now in the penalties window: the next apply pushes it far down
-        out = target.sampler_apply(chain, target.build_candidates(logits))
+        out = target.sampler_apply(chain, candidates(logits))
         row = int(np.nonzero(out.ids == token)[0][0])
         assert out.logits[row] < logits[token] - 1e5
         assert int(np.count_nonzero(out.logits != logits[out.ids])) == 1
 
 
 @pytest.mark.invariant("SMP-014")
-@pytest.mark.requires("sampling.samplers", "sampling.candidates")
+@pytest.mark.requires("sampling.chain")
 @pytest.mark.parametrize(
     "spec",
     [
-        [PENALISE, ["top_k", {"k": 5}]],
-        [PENALISE, ["dist", {"seed": 42}], ["top_k", {"k": 1}]],
+        needs_samplers(spec, spec, id=name)
+        for name, spec in (
+            ("no-selecting-sampler", [PENALISE, ["top_k", {"k": 5}]]),
+            ("truncated-after-dist", [PENALISE, ["dist", {"seed": 42}], ["top_k", {"k": 1}]]),
+        )
     ],
-    ids=["no-selecting-sampler", "truncated-after-dist"],
 )
 def test_sample_without_selection_fails_and_restores(
     target: Any, make_chain: Any, spec: list[Any]
@@ -138,7 +155,7 @@ def test_sample_without_selection_fails_and_restores(
         with pytest.raises(SamplingError) as info:
             target.sampler_sample(chain, logits)
         assert info.value.code == "SMP_NO_SELECTION"
-        probe = target.build_candidates(logits_from_seed(1, 1000, 1.0))
+        probe = candidates(logits_from_seed(1, 1000, 1.0))
         for _ in range(3):
             assert same_array(
                 target.sampler_apply(chain, probe), target.sampler_apply(witness, probe)
@@ -170,8 +187,8 @@ DISABLED: list[tuple[str, Any]] = [
 
 
 @pytest.mark.invariant("SMP-015")
-@pytest.mark.requires("sampling.samplers")
-@pytest.mark.parametrize("entry", [e for _, e in DISABLED], ids=[n for n, _ in DISABLED])
+@pytest.mark.requires("sampling.chain")
+@pytest.mark.parametrize("entry", [needs_samplers([e], e, id=n) for n, e in DISABLED])
 @given(cur=token_arrays(1, 40))
 def test_disabled_parameters_make_a_no_op(target: Any, entry: Any, cur: TokenDataArray) -> None:
     with chain_of(target, [entry]) as chain:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from conformance.sampling.support import needs_samplers
 from reference_impl.errors import SamplingError
 
 NAN, INF = float("nan"), float("inf")
@@ -51,8 +52,8 @@ BAD_SPECS: list[tuple[str, Any, str, str, int | None]] = [
 
 
 @pytest.mark.invariant("SMP-060")
-@pytest.mark.requires("sampling.samplers")
-@pytest.mark.parametrize("case", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+@pytest.mark.requires("sampling.chain", "sampling.input_checks")
+@pytest.mark.parametrize("case", [needs_samplers(c[1], c, id=c[0]) for c in BAD_SPECS])
 def test_malformed_chain_descriptions(
     target: Any, case: tuple[str, Any, str, str, int | None]
 ) -> None:
@@ -63,7 +64,14 @@ def test_malformed_chain_descriptions(
 
 
 @pytest.mark.invariant("SMP-060")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires(
+    "sampling.chain",
+    "sampling.input_checks",
+    "sampling.greedy",
+    "sampling.logit_bias",
+    "sampling.top_k",
+    "sampling.xtc",
+)
 def test_well_formed_variants_are_accepted(target: Any) -> None:
     spec: list[Any] = [
         "greedy",
@@ -77,7 +85,9 @@ def test_well_formed_variants_are_accepted(target: Any) -> None:
 
 
 @pytest.mark.invariant("SMP-061")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires(
+    "sampling.chain", "sampling.input_checks", "sampling.penalties", "sampling.default_chain"
+)
 @pytest.mark.parametrize(
     ("param", "value"),
     [
@@ -100,7 +110,7 @@ def test_penalty_values_must_be_finite(target: Any, param: str, value: float) ->
 
 
 @pytest.mark.invariant("SMP-062")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.input_checks", "sampling.default_chain")
 @pytest.mark.parametrize(
     ("params", "code", "field"),
     [

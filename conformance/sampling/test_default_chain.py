@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import chain_of, describe, same_array
+from conformance.protocol.sampling import samplers_named
+from conformance.sampling.support import candidates, chain_of, describe, needs_samplers, same_array
 from conformance.strategies.sampling import logits_from_seed, seeds, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -40,6 +41,10 @@ def documented_chain(prm: dict[str, Any]) -> list[Any]:
     chain: list[Any] = [["logit_bias", {"biases": get["logit_bias"]}]] if get["logit_bias"] else []
     chain += [entries[kind] for kind in order]
     return [*chain, ["dist", {"seed": get["seed"]}]]
+
+
+# every sampler the documented chain can name (logit_bias only with biases)
+DEFAULT_CHAIN_SAMPLERS = sorted(samplers_named(documented_chain({"logit_bias": [[0, 1.0]]})))
 
 
 def _run(
@@ -74,7 +79,7 @@ overrides = st.fixed_dictionaries(
 
 
 @pytest.mark.invariant("SMP-050")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.default_chain", *DEFAULT_CHAIN_SAMPLERS)
 @given(
     prm=overrides,
     cur=token_arrays(2, 100, max_scale=2.0),
@@ -95,11 +100,17 @@ def test_default_chain_order(
 
 
 @pytest.mark.invariant("SMP-050")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.default_chain")
 @pytest.mark.parametrize(
     "order",
-    [["temperature", "top_k", "top_p"], ["min_p", "typ_p", "penalties", "temperature"], []],
-    ids=["temp-first", "shuffled", "empty"],
+    [
+        needs_samplers(documented_chain({"samplers": order}), order, id=name)
+        for name, order in (
+            ("temp-first", ["temperature", "top_k", "top_p"]),
+            ("shuffled", ["min_p", "typ_p", "penalties", "temperature"]),
+            ("empty", []),
+        )
+    ],
 )
 def test_default_chain_custom_order(target: Any, order: list[str]) -> None:
     prm = {
@@ -110,7 +121,7 @@ def test_default_chain_custom_order(target: Any, order: list[str]) -> None:
         "typ_p": 0.9,
         "penalty_repeat": 1.3,
     }
-    cur = target.build_candidates(logits_from_seed(3, 300, 2.0))
+    cur = candidates(logits_from_seed(3, 300, 2.0))
     with chain_of(target, documented_chain(prm)) as explicit:
         expected = _run(target, explicit, cur, [1, 2], 3)
     handle = target.sampler_chain_init_default(prm)
@@ -122,10 +133,10 @@ def test_default_chain_custom_order(target: Any, order: list[str]) -> None:
 
 
 @pytest.mark.invariant("SMP-051")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.default_chain", *DEFAULT_CHAIN_SAMPLERS)
 @pytest.mark.parametrize("scale", [0.5, 2.0, 6.0])
 def test_default_parameters(target: Any, scale: float) -> None:
-    cur = target.build_candidates(logits_from_seed(int(scale * 10), 2000, scale))
+    cur = candidates(logits_from_seed(int(scale * 10), 2000, scale))
     with chain_of(target, documented_chain({"seed": 99})) as explicit:
         expected = _run(target, explicit, cur, [], 4)
     handle = target.sampler_chain_init_default({"seed": 99})
@@ -145,7 +156,7 @@ def test_default_parameters(target: Any, scale: float) -> None:
 
 
 @pytest.mark.invariant("SMP-050", "SMP-051", "SMP-023")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.default_chain")
 def test_default_chain_sequence_matches_llama_cpp(target: Any, make_chain: Any) -> None:
     # recorded from llama.cpp's own default chain (llama-cpp-python 0.3.36) with seed 7
     wave = (3 * np.sin(np.arange(64))).astype(F32)
@@ -158,7 +169,7 @@ def test_default_chain_sequence_matches_llama_cpp(target: Any, make_chain: Any) 
 
 
 @pytest.mark.invariant("SMP-051")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.default_chain")
 def test_default_seed_is_random(target: Any) -> None:
     # no seed given: LLAMA_DEFAULT_SEED, a fresh random seed per chain; ~38 tokens survive
     # the default filters on a flat row, so 12 equal draws have probability ~1e-19

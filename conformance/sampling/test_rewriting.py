@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import apply_once, chain_of, describe, from_probs
+from conformance.sampling.support import apply_once, chain_of, describe, from_probs, needs_samplers
 from conformance.strategies.sampling import logits_from_seed, tied_logits_rows, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -62,10 +62,10 @@ for _hist, _rep, _fp in [
     )
 
 
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain")
 @pytest.mark.parametrize(
     ("probs", "history", "spec", "expected"),
-    [pytest.param(*c[2:], id=c[1], marks=pytest.mark.invariant(c[0])) for c in GOLDEN],
+    [needs_samplers(c[4], *c[2:], id=c[1], marks=[pytest.mark.invariant(c[0])]) for c in GOLDEN],
 )
 def test_golden_vectors(
     target: Any,
@@ -84,7 +84,7 @@ def test_golden_vectors(
 
 
 @pytest.mark.invariant("SMP-040")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.temp")
 @given(cur=token_arrays(1, 100), t=st.floats(0.05, 20.0))
 def test_temp_divides_logits(target: Any, cur: TokenDataArray, t: float) -> None:
     out = apply_once(target, [["temp", {"t": t}]], cur)
@@ -94,7 +94,7 @@ def test_temp_divides_logits(target: Any, cur: TokenDataArray, t: float) -> None
 
 
 @pytest.mark.invariant("SMP-041")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.temp")
 @given(row=tied_logits_rows(1, 24), t=st.sampled_from([0.0, -0.5, -3.0]))
 def test_temp_zero_keeps_only_the_first_maximum(target: Any, row: np.ndarray, t: float) -> None:
     n = row.shape[0]
@@ -108,7 +108,7 @@ def test_temp_zero_keeps_only_the_first_maximum(target: Any, row: np.ndarray, t:
 
 
 @pytest.mark.invariant("SMP-042")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.temp_ext", "sampling.temp")
 @given(cur=token_arrays(1, 100), t=st.floats(-1.0, 3.0), delta=st.floats(-1.0, 0.0))
 def test_temp_ext_without_range_is_plain_temp(
     target: Any, cur: TokenDataArray, t: float, delta: float
@@ -120,7 +120,7 @@ def test_temp_ext_without_range_is_plain_temp(
 
 
 @pytest.mark.invariant("SMP-042")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.temp_ext")
 @given(
     cur=token_arrays(1, 150, max_scale=3.0),
     t=st.floats(0.2, 2.0),
@@ -148,7 +148,7 @@ def test_temp_ext_scales_by_entropy(
 
 
 @pytest.mark.invariant("SMP-043")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.penalties")
 @given(
     cur=token_arrays(1, 60),
     history=st.lists(st.integers(0, 40), max_size=12),
@@ -180,7 +180,7 @@ def test_penalties_rewrite_only_seen_tokens(
 
 
 @pytest.mark.invariant("SMP-044")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.penalties")
 @given(history=st.lists(st.integers(0, 9), max_size=30), last_n=st.integers(1, 12))
 def test_penalties_window_holds_the_last_n_tokens(
     target: Any, history: list[int], last_n: int
@@ -197,7 +197,7 @@ def test_penalties_window_holds_the_last_n_tokens(
 
 
 @pytest.mark.invariant("SMP-044")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.penalties")
 def test_penalties_window_after_reset(target: Any, make_chain: Any) -> None:
     chain = make_chain([["penalties", {"last_n": 2, "repeat": 1.0, "present": 1.0}]])
     cur = TokenDataArray(np.arange(4, dtype=np.int32), np.zeros(4, F32), np.zeros(4, F32))
@@ -210,7 +210,7 @@ def test_penalties_window_after_reset(target: Any, make_chain: Any) -> None:
 
 
 @pytest.mark.invariant("SMP-045")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.logit_bias")
 @given(
     seed=st.integers(0, 2**32 - 1),
     n=st.integers(1, 40),

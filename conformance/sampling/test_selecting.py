@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import apply_once, chain_of, describe
+from conformance.sampling.support import apply_once, chain_of, describe, needs_samplers
 from conformance.strategies.sampling import seeds, tied_logits_rows, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -17,7 +17,7 @@ F32 = np.float32
 
 
 @pytest.mark.invariant("SMP-020")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.greedy")
 @given(row=tied_logits_rows(1, 24), shuffle=st.integers(0, 2**16), sorted_flag=st.booleans())
 def test_greedy_selects_the_first_maximum(
     target: Any, row: np.ndarray, shuffle: int, sorted_flag: bool
@@ -38,7 +38,7 @@ def _softmax64(logits: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.invariant("SMP-021")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @given(cur=token_arrays(2, 200, max_scale=4.0), seed=seeds(), masked=st.integers(0, 3))
 def test_dist_normalises_and_selects_a_positive_row(
     target: Any, cur: TokenDataArray, seed: int, masked: int
@@ -55,7 +55,7 @@ def test_dist_normalises_and_selects_a_positive_row(
 
 
 @pytest.mark.invariant("SMP-021")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 def test_dist_draws_follow_the_probabilities(target: Any, make_chain: Any) -> None:
     probs = np.array([0.1, 0.2, 0.3, 0.4])
     cur = TokenDataArray(np.arange(4, dtype=np.int32), np.log(probs).astype(F32), np.zeros(4, F32))
@@ -67,7 +67,7 @@ def test_dist_draws_follow_the_probabilities(target: Any, make_chain: Any) -> No
 
 
 @pytest.mark.invariant("SMP-021")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 def test_dist_samples_in_the_current_order(target: Any) -> None:
     # the same draw on the same distribution listed in reverse picks the mirrored row
     logits = np.zeros(1000, F32)
@@ -79,7 +79,7 @@ def test_dist_samples_in_the_current_order(target: Any) -> None:
 
 
 @pytest.mark.invariant("SMP-022")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @given(seed=seeds())
 def test_dist_on_one_row_consumes_a_draw(target: Any, seed: int) -> None:
     one = TokenDataArray(np.array([5], np.int32), np.array([0.0], F32), np.array([0.25], F32))
@@ -135,8 +135,8 @@ GOLDEN_SEQUENCES: list[tuple[str, list[Any], np.ndarray, list[int]]] = [
 
 
 @pytest.mark.invariant("SMP-023")
-@pytest.mark.requires("sampling.samplers")
-@pytest.mark.parametrize("case", GOLDEN_SEQUENCES, ids=[c[0] for c in GOLDEN_SEQUENCES])
+@pytest.mark.requires("sampling.chain")
+@pytest.mark.parametrize("case", [needs_samplers(c[1], c, id=c[0]) for c in GOLDEN_SEQUENCES])
 def test_seeded_sequences_match_llama_cpp(
     target: Any, make_chain: Any, case: tuple[str, list[Any], np.ndarray, list[int]]
 ) -> None:
@@ -146,7 +146,7 @@ def test_seeded_sequences_match_llama_cpp(
 
 
 @pytest.mark.invariant("SMP-024")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @given(seed=seeds(), n=st.integers(2, 500), scale=st.floats(0.0, 3.0))
 def test_same_seed_same_sequence_and_reset_restarts(
     target: Any, seed: int, n: int, scale: float
@@ -163,7 +163,7 @@ def test_same_seed_same_sequence_and_reset_restarts(
 
 
 @pytest.mark.invariant("SMP-024")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 def test_default_seed_is_random(target: Any, make_chain: Any) -> None:
     # 12 draws over 1000 equally likely tokens: equal sequences have probability 1e-36
     a, b = (

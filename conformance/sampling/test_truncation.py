@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import apply_once, describe, from_probs
+from conformance.sampling.support import apply_once, describe, from_probs, needs_samplers
 from conformance.strategies.sampling import token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -54,10 +54,13 @@ GOLDEN: list[tuple[str, str, list[float], list[Any], list[float]]] = [
 ]
 
 
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain")
 @pytest.mark.parametrize(
     ("probs", "spec", "expected"),
-    [pytest.param(c[2], c[3], c[4], id=c[1], marks=pytest.mark.invariant(c[0])) for c in GOLDEN],
+    [
+        needs_samplers(c[3], c[2], c[3], c[4], id=c[1], marks=[pytest.mark.invariant(c[0])])
+        for c in GOLDEN
+    ],
 )
 def test_golden_vectors(
     target: Any, probs: list[float], spec: list[Any], expected: list[float]
@@ -101,16 +104,20 @@ QUEUE: list[tuple[str, int, float, float]] = [
     ("mpk", 100, 0.8, 0.1),
 ]
 QUEUE_INVARIANTS = {"k": "SMP-030", "p": "SMP-031", "m": "SMP-032"}
+QUEUE_SAMPLERS = {"k": "sampling.top_k", "p": "sampling.top_p", "m": "sampling.min_p"}
 
 
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @pytest.mark.parametrize(
     ("order", "top_k", "top_p", "min_p"),
     [
         pytest.param(
             *case,
             id=f"{case[0]}-k{case[1]}-p{case[2]}-m{case[3]:.6g}",
-            marks=pytest.mark.invariant(*sorted({QUEUE_INVARIANTS[c] for c in case[0]})),
+            marks=[
+                pytest.mark.invariant(*sorted({QUEUE_INVARIANTS[c] for c in case[0]})),
+                pytest.mark.requires(*sorted({QUEUE_SAMPLERS[c] for c in case[0]})),
+            ],
         )
         for case in QUEUE
     ],
@@ -169,7 +176,7 @@ def _rows_by_id(cur: TokenDataArray) -> dict[int, tuple[float, float]]:
 
 
 @pytest.mark.invariant("SMP-030")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.top_k")
 @given(cur=token_arrays(1, 300), k=st.integers(1, 320))
 def test_top_k_keeps_the_k_largest(target: Any, cur: TokenDataArray, k: int) -> None:
     out = apply_once(target, [["top_k", {"k": k}]], cur)
@@ -184,7 +191,7 @@ def test_top_k_keeps_the_k_largest(target: Any, cur: TokenDataArray, k: int) -> 
 
 
 @pytest.mark.invariant("SMP-031")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.top_p")
 @given(cur=token_arrays(1, 300), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
 def test_top_p_keeps_the_shortest_prefix_reaching_p(
     target: Any, cur: TokenDataArray, p: float, min_keep: int
@@ -202,7 +209,7 @@ def test_top_p_keeps_the_shortest_prefix_reaching_p(
 
 
 @pytest.mark.invariant("SMP-031")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.top_p")
 @pytest.mark.parametrize(("n", "p", "kept"), [(2, 0.5, 1), (4, 0.5, 2), (4, 0.75, 3), (8, 0.25, 2)])
 def test_top_p_running_sum_equal_to_p_is_enough(target: Any, n: int, p: float, kept: int) -> None:
     # equal logits: every p is 1/n exactly, so the running sum hits p exactly
@@ -217,7 +224,7 @@ def _min_p_case(cur: TokenDataArray, p: float) -> np.ndarray:
 
 
 @pytest.mark.invariant("SMP-032")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.min_p")
 @given(cur=token_arrays(1, 200, sorted_=False), p=st.floats(0.001, 1.0), min_keep=st.integers(0, 6))
 def test_min_p_unsorted_filters_in_place(
     target: Any, cur: TokenDataArray, p: float, min_keep: int
@@ -231,7 +238,7 @@ def test_min_p_unsorted_filters_in_place(
 
 
 @pytest.mark.invariant("SMP-033")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.min_p")
 @given(cur=token_arrays(1, 200), p=st.floats(0.001, 1.5), min_keep=st.integers(0, 12))
 def test_min_p_sorted_path_keeps_a_prefix(
     target: Any, cur: TokenDataArray, p: float, min_keep: int
@@ -263,7 +270,7 @@ def _typical_expectation(
 
 
 @pytest.mark.invariant("SMP-034")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.typical")
 @given(cur=token_arrays(1, 120, max_scale=3.0), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
 def test_typical_keeps_the_most_typical_rows(
     target: Any, cur: TokenDataArray, p: float, min_keep: int
@@ -276,7 +283,7 @@ def test_typical_keeps_the_most_typical_rows(
 
 
 @pytest.mark.invariant("SMP-034")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.typical")
 @pytest.mark.parametrize(("n", "p", "kept"), [(2, 0.5, 2), (4, 0.5, 3), (4, 0.25, 2)])
 def test_typical_needs_a_running_sum_above_p(target: Any, n: int, p: float, kept: int) -> None:
     # equal logits: all scores are 0 and every p is exactly 1/n
@@ -285,7 +292,7 @@ def test_typical_needs_a_running_sum_above_p(target: Any, n: int, p: float, kept
 
 
 @pytest.mark.invariant("SMP-035")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.top_n_sigma")
 @given(cur=token_arrays(2, 200), n=st.floats(0.1, 3.0), masked=st.integers(0, 3))
 def test_top_n_sigma_masks_below_the_band(
     target: Any, cur: TokenDataArray, n: float, masked: int
@@ -303,7 +310,7 @@ def test_top_n_sigma_masks_below_the_band(
 
 
 @pytest.mark.invariant("SMP-035")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.top_n_sigma")
 def test_top_n_sigma_leaves_a_single_row(target: Any) -> None:
     cur = TokenDataArray(np.array([7], np.int32), np.array([-3.5], F32), np.array([0.2], F32))
     out = apply_once(target, [["top_n_sigma", {"n": 0.1}]], cur)

@@ -7,6 +7,7 @@ asks for ties on purpose; hypothesis still shrinks the size, scale and seed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -67,30 +68,47 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**32 - 2)  # 0xFFFFFFFF means "random seed"
 
 
-def filter_entries() -> st.SearchStrategy[list[Any]]:
-    """One non-selecting chain entry with enabled parameters."""
+FILTERS = ("top_k", "top_p", "min_p", "typical", "temp", "temp_ext", "top_n_sigma")
+
+
+def filter_entries(names: Sequence[str] = FILTERS) -> st.SearchStrategy[list[Any]]:
+    """One non-selecting chain entry with enabled parameters, of one of the samplers ``names``
+    (those the target has: a drawn chain must not need a sampler the target lacks)."""
     keep = st.integers(0, 4)
     prob = st.floats(0.05, 0.95)
-    return st.one_of(
-        st.builds(lambda k: ["top_k", {"k": k}], st.integers(1, 50)),
-        st.builds(lambda p, m: ["top_p", {"p": p, "min_keep": m}], prob, keep),
-        st.builds(lambda p, m: ["min_p", {"p": p, "min_keep": m}], st.floats(0.01, 0.9), keep),
-        st.builds(lambda p, m: ["typical", {"p": p, "min_keep": m}], prob, keep),
-        st.builds(lambda t: ["temp", {"t": t}], st.floats(0.2, 2.5)),
-        st.builds(
+    options = {
+        "top_k": st.builds(lambda k: ["top_k", {"k": k}], st.integers(1, 50)),
+        "top_p": st.builds(lambda p, m: ["top_p", {"p": p, "min_keep": m}], prob, keep),
+        "min_p": st.builds(
+            lambda p, m: ["min_p", {"p": p, "min_keep": m}], st.floats(0.01, 0.9), keep
+        ),
+        "typical": st.builds(lambda p, m: ["typical", {"p": p, "min_keep": m}], prob, keep),
+        "temp": st.builds(lambda t: ["temp", {"t": t}], st.floats(0.2, 2.5)),
+        "temp_ext": st.builds(
             lambda t, d, e: ["temp_ext", {"t": t, "delta": d, "exponent": e}],
             st.floats(0.3, 2.0),
             st.floats(0.0, 0.8),
             st.floats(0.5, 2.0),
         ),
-        st.builds(lambda n: ["top_n_sigma", {"n": n}], st.floats(0.5, 3.0)),
-    )
+        "top_n_sigma": st.builds(lambda n: ["top_n_sigma", {"n": n}], st.floats(0.5, 3.0)),
+    }
+    chosen = [options[n] for n in FILTERS if n in names]
+    return st.one_of(*chosen) if chosen else st.nothing()
 
 
-def chains(max_filters: int = 4) -> st.SearchStrategy[list[Any]]:
-    """A chain of 1..max_filters filters ending with a seeded dist."""
+def chains(names: Sequence[str] = FILTERS, max_filters: int = 4) -> st.SearchStrategy[list[Any]]:
+    """A chain of up to ``max_filters`` filters (of ``names``) ending with a seeded dist."""
+    min_size = 1 if any(n in FILTERS for n in names) else 0
     return st.builds(
         lambda fs, seed: [*fs, ["dist", {"seed": seed}]],
-        st.lists(filter_entries(), min_size=1, max_size=max_filters),
+        st.lists(filter_entries(names), min_size=min_size, max_size=max_filters),
         seeds(),
     )
+
+
+def available_filters(target: Any) -> list[str]:
+    """The chain filters the target has (a test drawing chains declares them with ``uses``)."""
+    return [n for n in FILTERS if target.has(f"sampling.{n}")]
+
+
+FILTER_CAPABILITIES = tuple(f"sampling.{n}" for n in FILTERS)

@@ -1,5 +1,9 @@
-"""Targets: the engines under test, seen through one adapter protocol."""
+"""Targets: the engines under test, each an adapter implementing :mod:`conformance.protocol`.
 
-from conformance.targets.base import Target, TargetLoadError, capability_registry, load_target
+``reference`` (:mod:`.reference`) and ``llamacpp`` (:mod:`.llamacpp`) ship with the suite; how a
+``--target`` value is resolved is :mod:`conformance.engines`.
+"""
 
-__all__ = ["Target", "TargetLoadError", "capability_registry", "load_target"]
+from conformance.targets.base import Target, TargetLoadError, validate_target
+
+__all__ = ["Target", "TargetLoadError", "validate_target"]

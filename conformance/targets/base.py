@@ -1,21 +1,27 @@
-"""The target adapter protocol and target loading.
+"""What makes an object a target, and the check a target passes when it is loaded.
 
-A target is any object with:
+A target is any object with
 
-* ``name``: short string shown in reports;
-* ``version``: string (engine version, commit, ...);
-* ``capabilities``: a collection of capability names (see ``capability_registry()``);
-* for every capability it claims, the methods that capability requires.
+* ``name``: a short string shown in reports;
+* ``version``: a string (engine version, commit, ...);
+* ``capabilities``: a collection of capability names (:func:`conformance.protocol.registry`);
+* for every capability it claims, the members of that capability's Protocol
+  (:mod:`conformance.protocol`), with compatible signatures.
 
-Tests ask for capabilities with ``@pytest.mark.requires("cap", ...)``; a target without one is
-skipped for that test, and the skip is counted in the report.
+:func:`validate_target` checks all of that and names the first problem in one line. Where an
+adapter method's return annotation names a concrete class (``-> MyContext``), the methods that
+the claimed capabilities need on that object are checked too; objects returned without such an
+annotation are checked by the per-test gate when they first appear.
 """
 
 from __future__ import annotations
 
-import importlib
+import inspect
+import typing
 from collections.abc import Iterable
 from typing import Any
+
+from conformance.protocol import RENAMED, TARGET, Member, registry, role_of
 
 
 class TargetLoadError(Exception):
@@ -29,28 +35,22 @@ class Target:
     version: str = "unknown"
     capabilities: frozenset[str] = frozenset()
 
-    def has(self, capability: str) -> bool:
-        return capability in self.capabilities
-
     def __repr__(self) -> str:
         return f"<target {self.name} {self.version}>"
 
 
-def capability_registry() -> dict[str, tuple[str, ...]]:
-    """All known capabilities and the methods each requires, gathered from the area modules."""
-    from conformance.targets.areas import area_modules
+def implied_capabilities() -> dict[str, tuple[str, ...]]:
+    """``{capability: capabilities it presupposes}`` from the area modules' ``IMPLIES``."""
+    from conformance.protocol import area_modules
 
-    registry: dict[str, tuple[str, ...]] = {}
+    out: dict[str, tuple[str, ...]] = {}
     for mod in area_modules():
-        for cap, methods in getattr(mod, "CAPABILITIES", {}).items():
-            if cap in registry:
-                raise RuntimeError(f"capability {cap!r} declared twice (second in {mod.__name__})")
-            registry[cap] = tuple(methods)
-    return registry
+        out.update(getattr(mod, "IMPLIES", {}))
+    return out
 
 
 def validate_target(obj: Any, label: str) -> Any:
-    """Check the adapter protocol; raise TargetLoadError naming the first problem."""
+    """Check the target protocol; raise TargetLoadError naming the first problem."""
     for attr in ("name", "version", "capabilities"):
         if not hasattr(obj, attr):
             raise TargetLoadError(f"target {label} has no attribute {attr!r}")
@@ -61,75 +61,115 @@ def validate_target(obj: Any, label: str) -> Any:
     caps = obj.capabilities
     if isinstance(caps, str) or not isinstance(caps, Iterable):
         raise TargetLoadError(f"target {label}: 'capabilities' must be a collection of strings")
-    registry = capability_registry()
+    caps = set(caps)
+    known = registry()
+    implied = implied_capabilities()
     for cap in sorted(caps):
-        if cap not in registry:
-            known = ", ".join(sorted(registry)) or "(none)"
+        if cap in RENAMED and cap not in known:
             raise TargetLoadError(
-                f"target {label} declares unknown capability {cap!r}; known: {known}"
+                f"target {label} declares {cap!r}, which is now {RENAMED[cap]!r} "
+                "(see docs/ADAPTERS.md)"
             )
-        for method in registry[cap]:
-            if not callable(getattr(obj, method, None)):
+        if cap not in known:
+            raise TargetLoadError(
+                f"target {label} declares unknown capability {cap!r}; known: "
+                + ", ".join(sorted(known))
+            )
+        for need in implied.get(cap, ()):
+            if need not in caps:
                 raise TargetLoadError(
-                    f"target {label} declares capability {cap!r} but has no method {method!r}"
+                    f"target {label} declares {cap!r} but not {need!r}, which it presupposes"
                 )
+        for member in known[cap].members.values():
+            problem = _member_problem(obj, member, cap)
+            if problem:
+                raise TargetLoadError(f"target {label}: {problem}")
+    problem = _returned_class_problem(obj, caps)
+    if problem:
+        raise TargetLoadError(f"target {label}: {problem}")
     return obj
 
 
-def _import_attr(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise TargetLoadError(f"target {spec!r}: expected 'module:attr'")
+def _member_problem(obj: Any, member: Member, cap: str) -> str | None:
+    if member.kind == "attribute":
+        if not hasattr(obj, member.name):
+            return f"capability {cap!r} needs attribute {member.name!r}"
+        return None
+    fn = getattr(obj, member.name, None)
+    if not callable(fn):
+        return f"capability {cap!r} needs method {member.name!r}"
+    return signature_problem(fn, getattr(member.owner, member.name), cap)
+
+
+class _Arg:
+    """A stand-in argument for signature checks."""
+
+
+def signature_problem(fn: Any, proto_fn: Any, cap: str) -> str | None:
+    """Whether ``fn`` accepts the calls the protocol method describes: its required
+    parameters positionally, its optional ones by their names, ``**params`` if it has them."""
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure is the user's module, report it in one line
-        raise TargetLoadError(
-            f"target {spec!r}: module {module_name!r} failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise TargetLoadError(
-                f"target {spec!r}: module {module_name!r} has no attribute {part!r}"
-            )
-        obj = getattr(obj, part)
-    return obj
+        proto = inspect.signature(proto_fn)
+        have = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # builtins without signatures: trust them
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    shown: list[str] = []
+    for p in list(proto.parameters.values())[1:]:  # skip self
+        if p.kind is p.VAR_KEYWORD:
+            kwargs["any_parameter"] = _Arg()
+            shown.append(f"**{p.name}")
+        elif p.kind is p.VAR_POSITIONAL:
+            shown.append(f"*{p.name}")
+        elif p.default is p.empty and p.kind is not p.KEYWORD_ONLY:
+            args.append(_Arg())
+            shown.append(p.name)
+        else:
+            kwargs[p.name] = _Arg()
+            shown.append(f"{p.name}=...")
+    try:
+        have.bind(*args, **kwargs)
+    except TypeError as exc:
+        call = f"{proto_fn.__name__}({', '.join(shown)})"
+        return f"capability {cap!r}: {call} cannot be called on the adapter's method ({exc})"
+    return None
 
 
-BUILTIN_TARGETS = {
-    "reference": "conformance.targets.reference:ReferenceTarget",
-    "llamacpp": "conformance.targets.llamacpp:LlamaCppTarget",
-}
+def _returned_class_problem(obj: Any, caps: set[str]) -> str | None:
+    """Check classes the adapter's annotations promise for returned objects (contexts...)."""
+    known = registry()
+    need: dict[str, dict[str, tuple[Member, str]]] = {}  # role -> member -> (member, cap)
+    for cap in caps:
+        for role, members in known[cap].objects.items():
+            for m in members.values():
+                need.setdefault(role, {})[m.name] = (m, cap)
+    for cap in sorted(caps):
+        for member in known[cap].members.values():
+            if member.kind != "method" or not member.returns:
+                continue
+            cls = _annotated_class(getattr(obj, member.name, None))
+            if cls is None:
+                continue
+            for name, (m, owner) in sorted(need.get(member.returns, {}).items()):
+                if m.kind == "method" and not callable(getattr(cls, name, None)):
+                    return (
+                        f"{member.name}() returns {cls.__name__}, which lacks method {name!r} "
+                        f"(capability {owner!r})"
+                    )
+    return None
 
 
-def load_target(spec: str) -> Any:
-    """Resolve a ``--target`` value to a validated adapter instance.
+def _annotated_class(fn: Any) -> type | None:
+    if fn is None:
+        return None
+    try:
+        ret = typing.get_type_hints(fn).get("return")
+    except Exception:  # unresolvable annotations: checked at first use instead
+        return None
+    if isinstance(ret, type) and ret is not Any and role_of(ret) is None:
+        return ret
+    return None
 
-    ``reference`` / ``llamacpp``: built-in targets; ``mutant:<id>``: the reference target with one
-    named defect; ``module:attr``: a third-party adapter instance, class or factory.
-    """
-    spec = spec.strip()
-    if spec.startswith("mutant:"):
-        from conformance.mutants import load_mutant_target
 
-        return validate_target(load_mutant_target(spec[len("mutant:") :]), spec)
-    if spec in BUILTIN_TARGETS:
-        target_path = BUILTIN_TARGETS[spec]
-    elif ":" in spec:
-        target_path = spec
-    else:
-        raise TargetLoadError(
-            f"unknown target {spec!r}; use one of {', '.join(BUILTIN_TARGETS)}, "
-            "'mutant:<id>' or 'module:attr'"
-        )
-    obj = _import_attr(target_path)
-    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "capabilities")):
-        try:
-            obj = obj()
-        except TargetLoadError:
-            raise
-        except Exception as exc:
-            raise TargetLoadError(
-                f"target {spec!r}: constructing the adapter failed: {type(exc).__name__}: {exc}"
-            ) from exc
-    return validate_target(obj, repr(spec))
+__all__ = ["TARGET", "Target", "TargetLoadError", "validate_target"]

@@ -7,14 +7,9 @@ from typing import Any
 import pytest
 
 from conformance.fixtures.gguf_models import fixture_path
+from conformance.gate import cached
 
 VOCAB_FIXTURE = "mha"  # every fixture carries the same vocabulary
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "parity: differential test against llama.cpp (llama-cpp-python)"
-    )
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +17,7 @@ def vocab_path() -> Any:
     return fixture_path(VOCAB_FIXTURE)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tok_model(target: Any, vocab_path: Any) -> Any:
-    """The fixture model loaded by the target, used for its vocabulary."""
-    return target.load_model(vocab_path)
+    """The fixture model loaded by the target (once per session), used for its vocabulary."""
+    return cached(target, "load_model", str(vocab_path))

@@ -12,7 +12,7 @@ from conformance.fixtures.gguf_models import fixture_path
 from reference_impl.batch.types import Batch
 
 lc = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-from conformance.targets import llamacpp_runtime as rt  # noqa: E402
+from conformance.targets.llamacpp import runtime as rt  # noqa: E402
 
 
 @pytest.fixture(scope="module")

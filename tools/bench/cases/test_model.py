@@ -109,7 +109,7 @@ def reference() -> Iterator[tuple[Model, BenchCache]]:
 @pytest.fixture(scope="module")
 def llama() -> Iterator[Any]:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from conformance.targets.llamacpp_runtime import LlamaCppContext, LlamaCppModel
+    from conformance.targets.llamacpp.runtime import LlamaCppContext, LlamaCppModel
 
     model = LlamaCppModel(fixture_path(FIXTURE))
     ctx = LlamaCppContext(model, n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, n_threads=THREADS)

@@ -61,7 +61,7 @@ def _peer_runner(name: str, logits: np.ndarray) -> tuple[Any, Any]:
     """A zero-argument llama.cpp apply (copy rows, apply) and the handle keeping it alive."""
     import llama_cpp as lib
 
-    from conformance.targets.llamacpp_sampling import TOKEN_DATA, LlamaCppSampling
+    from conformance.targets.llamacpp.sampling import TOKEN_DATA, LlamaCppSampling
 
     adapter = LlamaCppSampling()
     spec = CHAINS[name]

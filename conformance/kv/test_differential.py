@@ -1,36 +1,30 @@
-"""Differential tests: KV-cache operation sequences through llama.cpp and the reference.
+"""KV-cache operation sequences through the target's decode API, compared with the peer
+(llama.cpp by default) and with the brute-force model of spec/kv.md.
 
 :func:`conformance.strategies.kv.op_sequences` draws sequences of decodes and sequence
-operations that llama.cpp's public API accepts as they are. Each one is replayed
+operations that llama.cpp's public API accepts as they are. Each one is replayed through the
+target and the peer: ``decode`` (one batch per :class:`Decode`, positions continuing each
+sequence) and ``seq_rm/cp/keep/add/div`` / ``memory_clear`` on a context over a GGUF fixture;
+after every operation both, and the brute-force model (:func:`model_observations`), must report
+the same decode acceptance and the same ``seq_pos_min``/``seq_pos_max`` of every sequence, and
+the two engines the same logits for the last token of each sequence of every decode (KV-028).
+A target that also exposes its KV cache (``kv.cache``) replays the operations through it too
+(:func:`replay`). A few hand-picked sequences (shared cells then ``seq_keep``, a K-shift then a
+decode, a cross-stream copy then a decode) run first.
 
-* through llama.cpp: ``llama_decode`` (one batch per :class:`Decode`, positions continuing each
-  sequence) and ``llama_memory_seq_rm/cp/keep/add/div`` / ``llama_memory_clear``, on a context
-  over a GGUF fixture;
-* through the reference decoder ``Context`` (the same calls);
-* through the reference KV cache (:func:`replay`) and the brute-force model
-  (:func:`model_observations`);
+Known differences (spec/kv.md): D1, llama.cpp's K-shift of ``seq_div`` rotating keys the wrong
+way, leaves positions alone, so sequences with ``seq_div`` are replayed and only their logits
+after the division are not compared; :func:`test_k_shift_matches_a_fresh_context` checks the
+target's own ``seq_div`` against a fresh context. D4 (the search head after an empty range) is
+invisible through the API. D2 needs a sliding-window model, which the fixtures do not have (that
+config is skipped with the reason). D7, ``seq_keep`` leaving the other streams untouched, is a
+llama.cpp behaviour the spec adopts (KV-017).
 
-and after every operation all four must report the same decode acceptance and the same
-``seq_pos_min``/``seq_pos_max`` of every sequence, and the two decoders the same logits for the
-last token of each sequence of every decode (KV-028). A few hand-picked sequences (shared cells
-then ``seq_keep``, a K-shift then a decode, a cross-stream copy then a decode) run first.
-
-Known differences (spec/kv.md): D1, the K-shift of ``seq_div`` rotating keys the wrong way
-in llama.cpp, leaves positions alone, so sequences with ``seq_div`` are replayed and only their
-logits after the division are not compared; :func:`test_seq_div_k_shift_llamacpp_defect` shows
-the defect and reports it. D4 (the search head after an empty range) is invisible through the
-API. D2 needs a sliding-window model, which the fixtures do not have (that config is skipped
-with the reason). D7, ``seq_keep`` leaving the other streams untouched, is a llama.cpp defect
-the reference reproduces; :func:`test_seq_keep_streams_llamacpp_defect` checks it and reports it.
-Reports are :class:`LlamaCppDefect` warnings plus a ``llamacpp_defect`` user property.
-
-llama.cpp pads each stream to 256 cells, so every config has ``kv_size`` 256. Skipped, with the
-reason, when ``llama_cpp`` cannot be imported.
+llama.cpp pads each stream to 256 cells, so every config has ``kv_size`` 256.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -39,6 +33,7 @@ import pytest
 from hypothesis import given
 
 from conformance.fixtures.gguf_models import fixture_path
+from conformance.gate import cached, release
 from conformance.model.oracle import nmse
 from conformance.strategies.kv import (
     Clear,
@@ -57,7 +52,7 @@ from conformance.strategies.kv import (
 )
 from reference_impl.batch.types import Batch
 
-pytestmark = pytest.mark.parity
+pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops")
 
 # One layer: cached K/V depend only on token and position, so a K-shift must give exactly the
 # keys a fresh decode at the new positions gives; and it is the cheapest decode.
@@ -94,53 +89,21 @@ Observation = tuple[object, ...]  # (decode accepted?, [(seq_pos_min, seq_pos_ma
 Rows = dict[int, np.ndarray]  # batch index -> logits row, for one operation
 
 
-class LlamaCppDefect(UserWarning):
-    """A llama.cpp defect seen in this run (spec/kv.md Decisions)."""
-
-
-def _report(request: pytest.FixtureRequest, note: str) -> None:
-    request.node.user_properties.append(("llamacpp_defect", note))
-    warnings.warn(LlamaCppDefect(note), stacklevel=2)
-
-
 # ---------------------------------------------------------------------------- engines
 
 
-@pytest.fixture(scope="module")
-def engines() -> Any:
-    """``{name: (target, model)}`` for llama.cpp and the reference on the same fixture."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from conformance.targets.llamacpp import LlamaCppTarget
-    from conformance.targets.reference import ReferenceTarget
-
-    out = {}
-    for name, tgt in (("llama.cpp", LlamaCppTarget()), ("reference", ReferenceTarget())):
-        out[name] = (tgt, tgt.load_model(fixture_path(FIXTURE)))
-    return out
-
-
-@pytest.fixture(autouse=True)
-def _not_for_mutants(target: Any) -> None:
-    # The reference and llama.cpp are compared whatever the target; a failing example would
-    # also be shrunk through llama.cpp. Mutants are killed by the default tests.
-    if str(getattr(target, "name", "")).startswith("mutant:"):
-        pytest.skip("differential tests are not run against mutants")
-
-
 def _close(ctx: Any) -> None:
-    close = getattr(ctx, "close", None)  # the reference Context holds no native resources
-    if close is not None:
-        close()
+    release(ctx)
 
 
-@pytest.fixture
-def contexts(engines: Any) -> Iterator[Any]:
-    """``make(cfg)`` -> ``{engine name: decode context}``; closed after the test."""
+def _contexts(engines: dict[str, Any]) -> Iterator[Any]:
+    """``make(cfg)`` -> ``{engine name: decode context}``; closed afterwards."""
     made: list[Any] = []
 
     def make(cfg: ModelConfig) -> dict[str, Any]:
         ctxs = {}
-        for name, (tgt, model) in engines.items():
+        for name, tgt in engines.items():
+            model = cached(tgt, "load_model", str(fixture_path(FIXTURE)))
             ctxs[name] = tgt.new_context(
                 model,
                 n_ctx=cfg.kv_size * cfg.n_stream,
@@ -158,11 +121,16 @@ def contexts(engines: Any) -> Iterator[Any]:
         _close(ctx)
 
 
-def reference_kv(cfg: ModelConfig) -> Any:
-    """A fresh reference KV cache (the ``kv.cache`` adapter) for ``cfg``."""
-    from conformance.targets.reference import ReferenceTarget
+@pytest.fixture
+def contexts(target: Any, peer: Any) -> Iterator[Any]:
+    """``make(cfg)`` -> ``{"target": ctx, "peer": ctx}``."""
+    yield from _contexts({"target": target, "peer": peer})
 
-    return ReferenceTarget().new_kv_cache(**cfg.as_kwargs())
+
+@pytest.fixture
+def target_contexts(target: Any) -> Iterator[Any]:
+    """``make(cfg)`` -> ``{"target": ctx}``."""
+    yield from _contexts({"target": target})
 
 
 # ---------------------------------------------------------------------------- replay
@@ -222,13 +190,14 @@ def _first_difference(
 ) -> str | None:
     for i, (w, g) in enumerate(zip(want, got)):
         if w != g:
-            return f"after op {i} {ops[i].as_dict()}: llama.cpp {w}, other {g}"
+            return f"after op {i} {ops[i].as_dict()}: peer {w}, target {g}"
     return None
 
 
 def _logits_difference(ops: Sequence[Op], want: Sequence[Rows], got: Sequence[Rows]) -> str | None:
     """The first decode whose output rows differ, skipping those between a ``seq_div`` and the
-    next ``clear`` (D1: llama.cpp rotates divided keys the wrong way, see the defect test)."""
+    next ``clear`` (D1: llama.cpp rotates divided keys the wrong way; the target's own
+    ``seq_div`` is checked against a fresh context instead)."""
     after_div = False
     for i, (op, w, g) in enumerate(zip(ops, want, got)):
         if isinstance(op, SeqDiv) and op.d > 1:
@@ -280,30 +249,33 @@ def _seeded(cfg: ModelConfig) -> list[list[Op]]:
 
 
 @pytest.mark.invariant(*REPLAY_INVARIANTS)
+@pytest.mark.requires("decoder.shift")
+@pytest.mark.uses("kv.cache")
 @pytest.mark.parametrize("name", [*CONFIGS, "swa"])
-def test_op_sequences_match_llamacpp(name: str, contexts: Any) -> None:
+def test_op_sequences_match_peer(name: str, target: Any, contexts: Any) -> None:
     if name == "swa":
         pytest.skip(NO_SWA)
     cfg = CONFIGS[name]
     ctxs = contexts(cfg)
     n_seq = cfg.n_seq_max
+    own_cache = target.has("kv.cache")
 
     def compare(ops: list[Op]) -> None:
         for ctx in ctxs.values():
             ctx.memory_clear(True)  # one context per engine and config, emptied per example
-        lc, lc_rows = replay_context(ctxs["llama.cpp"], ops, n_seq)
-        ref, ref_rows = replay_context(ctxs["reference"], ops, n_seq)
-        observers = {
-            "reference Context": ref,
-            "reference KV cache": replay(reference_kv(cfg), ops, n_seq),
-            "model": model_observations(cfg, ops),
-        }
-        for who, got in observers.items():
-            assert len(got) == len(lc) == len(ops)
-            diff = _first_difference(ops, lc, got)
+        want, want_rows = replay_context(ctxs["peer"], ops, n_seq)
+        got, got_rows = replay_context(ctxs["target"], ops, n_seq)
+        observers = {"target": got, "model": model_observations(cfg, ops)}
+        if own_cache:
+            observers["target KV cache"] = replay(
+                target.new_kv_cache(**cfg.as_kwargs()), ops, n_seq
+            )
+        for who, seen in observers.items():
+            assert len(seen) == len(want) == len(ops)
+            diff = _first_difference(ops, want, seen)
             assert diff is None, f"{who}: {diff}"
-        diff = _logits_difference(ops, lc_rows, ref_rows)
-        assert diff is None, f"reference Context: {diff}"
+        diff = _logits_difference(ops, want_rows, got_rows)
+        assert diff is None, f"target: {diff}"
 
     for ops in _seeded(cfg):
         compare(ops)
@@ -342,7 +314,7 @@ def _ranges(ctx: Any, n_seq: int) -> list[tuple[int, int]]:
 
 @pytest.mark.invariant("KV-028", "KV-012")
 @pytest.mark.parametrize("name", ["unified", "streams"])
-def test_full_cache_refuses_like_llamacpp(name: str, contexts: Any) -> None:
+def test_full_cache_refuses_like_peer(name: str, contexts: Any) -> None:
     """A batch that does not fit returns 1 in both engines and leaves every sequence as it
     was; once room is made, the same batch fits in both."""
     cfg = CONFIGS[name]
@@ -355,75 +327,60 @@ def test_full_cache_refuses_like_llamacpp(name: str, contexts: Any) -> None:
         ctx.seq_rm(0, 0, 30)
         fitted = _fill(ctx, 0, 40, start=KV_SIZE - 20)
         seen[who] = (before, refused, after_refusal, fitted, _ranges(ctx, cfg.n_seq_max))
-    assert seen["llama.cpp"] == seen["reference"]
-    before, refused, after_refusal, fitted, final = seen["llama.cpp"]
+    assert seen["target"] == seen["peer"], seen
+    before, refused, after_refusal, fitted, final = seen["target"]
     assert refused == 1 and after_refusal == before and before[0] == (0, KV_SIZE - 21)
     assert fitted == 0 and final[0] == (30, KV_SIZE + 19)
 
 
 @pytest.mark.invariant("KV-028", "KV-017", "KV-003")
 @pytest.mark.parametrize("name", ["unified", "streams"])
-def test_seq_keep_streams_llamacpp_defect(
+def test_seq_keep_with_streams_like_peer(
     name: str, contexts: Any, request: pytest.FixtureRequest
 ) -> None:
-    """``llama_memory_seq_keep(s)`` is documented to remove every token not in ``s``. With one
-    stream it does; with a stream per sequence it only walks ``s``'s stream, so the other
-    sequences survive (spec/kv.md D7). The reference reproduces it (KV-017). Fails if
-    llama.cpp changes; reports the defect while it is there."""
+    """``seq_keep(s)`` is documented to remove every token not in ``s``. With one stream
+    llama.cpp does; with a stream per sequence it only walks ``s``'s stream, so the other
+    sequences survive (spec/kv.md D7), and the spec adopts that (KV-017)."""
     cfg = CONFIGS[name]
     seen = {}
     for who, ctx in contexts(cfg).items():
         assert _fill(ctx, 0, 3) == 0 and _fill(ctx, 1, 2) == 0
         ctx.seq_keep(0)
         seen[who] = _ranges(ctx, 2)
-    assert seen["llama.cpp"] == seen["reference"], seen
-    kept, other = seen["llama.cpp"]
+    assert seen["target"] == seen["peer"], seen
+    kept, other = seen["target"]
     assert kept == (0, 2)
     assert (other != (-1, -1)) == (not cfg.unified), seen
     if other != (-1, -1):
-        _report(
-            request,
-            "spec/kv.md D7: with a KV stream per sequence, llama_memory_seq_keep(0) left "
-            f"sequence 1 at positions {other}",
+        request.node.user_properties.append(
+            ("kv_d7", f"seq_keep(0) with a stream per sequence left sequence 1 at {other}")
         )
 
 
-@pytest.mark.invariant("KV-028", "KV-019", "KV-025", "KV-026")
-def test_seq_div_k_shift_llamacpp_defect(contexts: Any, request: pytest.FixtureRequest) -> None:
-    """After ``seq_div`` the next decode must see the cached keys at their divided positions,
-    exactly as a fresh context holding those positions (one layer: a key depends only on its
-    token and position). The reference does (KV-025); llama.cpp's ``pos_div`` accumulates
-    ``old - new`` and rotates the keys away from their new positions (spec/kv.md D1).
-    ``seq_add`` is the control: both engines match the fresh context. Fails if llama.cpp
-    changes; reports the defect while it is there."""
+@pytest.mark.invariant("KV-019", "KV-025", "KV-026")
+@pytest.mark.requires("decoder.shift")
+@pytest.mark.parametrize("op", ["add", "div"])
+def test_k_shift_matches_a_fresh_context(op: str, target_contexts: Any) -> None:
+    """After ``seq_add`` / ``seq_div`` the next decode must see the cached keys at their moved
+    positions, exactly as a fresh context holding those positions (one layer: a key depends
+    only on its token and position). llama.cpp 0.3.36 fails the ``div`` case: its ``pos_div``
+    accumulates ``old - new`` and rotates the keys away from their new positions (spec/kv.md
+    D1, DEC-054)."""
     cfg = CONFIGS["one_seq"]
     tokens = [1 + p % 20 for p in range(8)]
-    nmse_vs_fresh: dict[tuple[str, str], float] = {}
-    for op, moved, nxt in (
-        ("add", [p + 5 for p in range(8)], 13),
-        ("div", [p // 2 for p in range(8)], 4),
-    ):
-        for who, ctx in contexts(cfg).items():
-            ctx.memory_clear(True)
-            assert ctx.decode(Batch.from_lists(tokens, pos=list(range(8)), seq_ids=[[0]] * 8)) == 0
-            if op == "add":
-                ctx.seq_add(0, 0, -1, 5)
-            else:
-                ctx.seq_div(0, 0, -1, 2)
-            assert ctx.decode(Batch.from_lists([9], pos=[nxt], seq_ids=[[0]])) == 0
-            shifted = np.asarray(ctx.get_logits_ith(0))
-            ctx.memory_clear(True)  # fresh: the same tokens written at the moved positions
-            assert ctx.decode(Batch.from_lists(tokens, pos=moved, seq_ids=[[0]] * 8)) == 0
-            assert ctx.decode(Batch.from_lists([9], pos=[nxt], seq_ids=[[0]])) == 0
-            nmse_vs_fresh[(op, who)] = nmse(np.asarray(ctx.get_logits_ith(0)), shifted)
-    assert nmse_vs_fresh[("add", "llama.cpp")] <= NMSE_BAR, nmse_vs_fresh
-    assert nmse_vs_fresh[("add", "reference")] <= NMSE_BAR, nmse_vs_fresh
-    assert nmse_vs_fresh[("div", "reference")] <= NMSE_BAR, nmse_vs_fresh
-    llama_div = nmse_vs_fresh[("div", "llama.cpp")]
-    assert llama_div > 100 * NMSE_BAR, f"llama.cpp's seq_div K-shift now matches: {llama_div}"
-    _report(
-        request,
-        "spec/kv.md D1: after llama_memory_seq_div the next decode's logits differ from a "
-        f"fresh context at the divided positions (NMSE {llama_div:.2e}; reference "
-        f"{nmse_vs_fresh[('div', 'reference')]:.1e})",
+    moved, nxt = ([p + 5 for p in range(8)], 13) if op == "add" else ([p // 2 for p in range(8)], 4)
+    (ctx,) = target_contexts(cfg).values()
+    assert ctx.decode(Batch.from_lists(tokens, pos=list(range(8)), seq_ids=[[0]] * 8)) == 0
+    if op == "add":
+        ctx.seq_add(0, 0, -1, 5)
+    else:
+        ctx.seq_div(0, 0, -1, 2)
+    assert ctx.decode(Batch.from_lists([9], pos=[nxt], seq_ids=[[0]])) == 0
+    shifted = np.asarray(ctx.get_logits_ith(0))
+    ctx.memory_clear(True)  # fresh: the same tokens written at the moved positions
+    assert ctx.decode(Batch.from_lists(tokens, pos=moved, seq_ids=[[0]] * 8)) == 0
+    assert ctx.decode(Batch.from_lists([9], pos=[nxt], seq_ids=[[0]])) == 0
+    err = nmse(np.asarray(ctx.get_logits_ith(0)), shifted)
+    assert err <= NMSE_BAR, (
+        f"seq_{op}: logits after the K-shift differ from a fresh context (NMSE {err:.2e})"
     )

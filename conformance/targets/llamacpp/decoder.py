@@ -1,52 +1,40 @@
-"""The ``llamacpp`` target: llama.cpp (through llama-cpp-python) behind the adapter protocol.
-
-Capabilities: model loading, full-sequence logits and tokenization (``model.*``), decode
-contexts with logits, memory operations, embeddings, abort and K-shift (``decode.*``), and the
-CPU samplers (``sampling.samplers``, ``sampling.candidates``). What llama.cpp does not expose
-(its sanitizer and splitter, its KV cells, compute traces, dequantized weights) is not
-claimed, so those tests are skipped and counted.
+"""The decoder area of the llamacpp target: ``llama_context`` through llama-cpp-python.
 
 llama.cpp stops the process (``GGML_ASSERT``) on some inputs instead of returning an error. The
-adapter refuses those inputs itself, before llama.cpp sees them, and reports what llama.cpp
-would have done to a caller that survived: a batch larger than ``n_batch`` or than ``n_ubatch``
-under non-causal attention, and sequence ids outside the context's streams in memory
-operations, give -1 / an exception (spec/decoder.md D1). Invalid output reads (NULL pointers in
-C) raise :class:`InvalidOutput`.
-
-The K/V cache is F32 and flash attention is off, so the target's tolerance class is ``f32``
-(decode_phase.md D1).
+adapter refuses those inputs itself, before llama.cpp sees them, and reports what llama.cpp would
+have done to a caller that survived: a batch larger than ``n_batch`` or than ``n_ubatch`` under
+non-causal attention, and sequence ids outside the context's streams in memory operations, give
+-1 / an exception (spec/decoder.md D1). Invalid output reads (NULL pointers in C) raise
+:class:`InvalidOutput`. The K/V cache is F32 and flash attention is off, so the target's
+tolerance class is ``f32`` (decode_phase.md D1).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from conformance.targets.areas.model import LlamaCpp as LlamaCppModelArea
-from conformance.targets.base import Target, TargetLoadError
-from conformance.targets.llamacpp_sampling import LlamaCppSampling
+from conformance.targets.base import TargetLoadError
 from reference_impl.batch.types import Batch
 from reference_impl.errors import EngineError
 
 
-class InvalidOutput(EngineError):
-    """llama.cpp returned NULL for an output read."""
-
-
-def _runtime() -> Any:
+def runtime_module() -> Any:
     try:
-        from conformance.targets import llamacpp_runtime
+        from conformance.targets.llamacpp import runtime
     except ImportError as exc:  # llama-cpp-python missing
         raise TargetLoadError(
             "target 'llamacpp' needs llama-cpp-python: install the 'llamacpp' extra "
             "(pip install -e '.[llamacpp]'; it builds llama.cpp from source)"
         ) from exc
-    return llamacpp_runtime
+    return runtime
+
+
+class InvalidOutput(EngineError):
+    """llama.cpp returned NULL for an output read."""
 
 
 def _refuse_aborting_context(model: Any, params: dict[str, Any]) -> None:
@@ -86,7 +74,7 @@ class LlamaCppDecodeContext:
     """The decode-context protocol (conformance/targets/areas/decode.py) over llama.cpp."""
 
     def __init__(self, model: Any, **params: Any) -> None:
-        rt = _runtime()
+        rt = runtime_module()
         self._lc = rt.lc
         ignored = {"graph_reuse", "trace", "kv_dtype", "attention_backend"}
         for key in ignored:
@@ -229,37 +217,3 @@ class LlamaCppDecodeContext:
 
     def close(self) -> None:
         self._ctx.close()
-
-
-class LlamaCppTarget(LlamaCppModelArea, LlamaCppSampling, Target):
-    name = "llamacpp"
-    capabilities = LlamaCppModelArea.LLAMACPP_CAPABILITIES | frozenset(
-        {
-            "decoder.logits",
-            "decoder.memory_ops",
-            "decoder.embeddings",
-            "decoder.abort",
-            "decoder.shift",
-            "sampling.samplers",
-            "sampling.candidates",
-        }
-    )
-
-    def __init__(self) -> None:
-        rt = _runtime()
-        self.version = f"llama-cpp-python {rt.version()}"
-        self._models: dict[Any, Any] = {}
-        self.n_threads = int(os.environ.get("DC_LLAMACPP_THREADS", "1"))
-
-    def load_model(self, path: str | os.PathLike[str]) -> Any:
-        """One llama_model per file version (loading is the slow part of most tests)."""
-        p = Path(path).resolve()
-        st = p.stat()
-        key = (str(p), st.st_mtime_ns, st.st_size)
-        if key not in self._models:
-            self._models[key] = super().load_model(p)
-        return self._models[key]
-
-    def new_context(self, model: Any, **params: Any) -> LlamaCppDecodeContext:
-        params.setdefault("n_threads", self.n_threads)
-        return LlamaCppDecodeContext(model, **params)

@@ -1,19 +1,11 @@
-"""Target protocol for the decoupled area (spec/decoupled.md): the decoupled KV cache.
-
-``decoupled.cache``
-    ``decoupled_cache(policy, n_head, head_dims, batch, max_len)`` -> a cache with
-    ``append(k_sem, k_geo, v)``, ``length``, ``prefix_len``, ``tail_len`` and the buffers of
-    :class:`kernels.decoupled_cache.DecoupledKVCache` (token-major ``[B, L, H·hd]``; per tensor
-    ``codes``/``scales`` or ``buf``, and the fp16 ``ring``), which the oracle reads directly.
-"""
+"""The decoupled area of the reference target: :mod:`conformance.protocol.decoupled` over ``reference_impl``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "decoupled.cache": ("decoupled_cache",),
-}
+if TYPE_CHECKING:
+    from kernels.decoupled_cache import DecoupledKVCache
 
 
 class Reference:
@@ -27,7 +19,7 @@ class Reference:
         head_dims: tuple[int, int, int],
         batch: int,
         max_len: int,
-    ) -> Any:
+    ) -> DecoupledKVCache:
         from kernels._triton import kernel_device
         from kernels.decoupled_cache import DecoupledDims, DecoupledKVCache
 

@@ -1,29 +1,10 @@
-"""Kernels area of the target protocol: the fused GQA and decoupled decode kernels.
-
-Tensors cross the adapter as torch CPU tensors (or the device the target's kernels use).
-
-``kernels.gqa_decode``
-    ``gqa_decode_paths() -> tuple[str, ...]``: the fused paths offered (``triton-1pass``,
-    ``triton-2pass``). ``gqa_decode(q, k, v, mask, scale, path, partition_size,
-    two_pass_min_tokens=None) -> (out, record)``; ``record.path`` names the path that ran and
-    ``record.reason`` why.
-``kernels.decoupled_decode``
-    ``decoupled_decode_paths()`` as above; ``decoupled_decode(q_sem, q_geo, cache, null, path,
-    partition_size, sem_scale=None, geo_scale=None, two_pass_min_tokens=None) -> (out,
-    record)`` over a :class:`kernels.decoupled_cache.DecoupledKVCache` (layout documented
-    there) and an optional :class:`kernels.decoupled_cache.NullKV`.
-"""
+"""The kernels area of the reference target: :mod:`conformance.protocol.kernels` over ``reference_impl``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-
-CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "kernels.gqa_decode": ("gqa_decode_paths", "gqa_decode"),
-    "kernels.decoupled_decode": ("decoupled_decode_paths", "decoupled_decode"),
-}
 
 
 def _config(two_pass_min_tokens: int | None) -> Any:

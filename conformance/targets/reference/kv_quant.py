@@ -1,35 +1,10 @@
-"""Target protocol for the kv_quant area (spec/kv_quant.md): per-token KV formats, GGML blocks and
-the cache policy string. Tensors cross the adapter as torch CPU tensors.
-
-``kv_quant.formats``
-    ``kv_quant_impls() -> tuple[str, ...]``: the implementations the target offers (each is
-    checked, e.g. ``("torch", "triton")``).
-    ``kv_quantize(x, kind, qblock, impl) -> (codes, scales)``: per-token formats ``q8_0``,
-    ``q4_0``, ``nf4`` along the last dim (spec/kv_quant.md); ``kv_dequantize(codes, scales, kind,
-    qblock, dim, impl) -> fp32 tensor``. ``ggml_quantize(x, qtype, impl) -> uint8 bytes`` and
-    ``ggml_dequantize(data, qtype, impl) -> fp32`` for GGML ``Q8_0``/``Q4_0`` rows.
-``kv_quant.policy``
-    ``parse_kv_policy(text) -> {"k_sem": "kind@qb", "k_geo": ..., "v": ..., "resid": int,
-    "fused": bool}``; ``format_kv_policy(mapping) -> str`` (canonical string). Errors are
-    EngineError subclasses with ``code`` and ``field``.
-"""
+"""The kv_quant area of the reference target: :mod:`conformance.protocol.kv_quant` over ``reference_impl``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-
-CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "kv_quant.formats": (
-        "kv_quant_impls",
-        "kv_quantize",
-        "kv_dequantize",
-        "ggml_quantize",
-        "ggml_dequantize",
-    ),
-    "kv_quant.policy": ("parse_kv_policy", "format_kv_policy"),
-}
 
 
 def _quant_module(impl: str) -> Any:

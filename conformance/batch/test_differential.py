@@ -1,5 +1,5 @@
-"""Differential tests: the named batch corpus through llama.cpp's ``llama_decode`` and the
-reference decoder.
+"""Differential tests: the named batch corpus decoded by the target and by the peer (llama.cpp's
+``llama_decode`` by default, ``--peer``).
 
 Every corpus case (``conformance/fixtures/batch_corpus.py``) is decoded on a fresh context of
 each engine over the same GGUF fixture, after the case's memory state has been built by decoding
@@ -20,8 +20,8 @@ read out of bounds; ``unreachable``: not expressible through llama_decode), as a
 (no such fixture). Embedding cases use rows of the model's width: ``llama_batch_compat`` reads
 ``n_embd`` floats per row, so the corpus's narrow placeholder rows would be read out of bounds.
 
-The reference and llama.cpp are both instantiated here, whatever ``--target`` is. Skipped, with
-the reason, when ``llama_cpp`` cannot be imported.
+The target must also reach the corpus's hand-written verdict (code, memory, output tokens):
+that part of each case is the target's own verdict on the rule the case names.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.differential import PeerDivergence
 from conformance.fixtures.batch_corpus import CASES, Accepted, CorpusCase, build_batch
 from conformance.fixtures.gguf_models import fixture_path
+from conformance.gate import cached, release
 from conformance.model.oracle import nmse
 from reference_impl.batch.types import Batch
 from reference_impl.errors import EngineError
-
-pytestmark = pytest.mark.parity
 
 FIXTURE = "gqa"
 NMSE_BAR = 1e-4
@@ -60,14 +60,6 @@ RULE_OF_CODE = {
     "SAN_POS_DECREASING": "SAN-019",
 }
 
-# Known divergences between the reference and llama.cpp: reported as xfail (a failure to
-# conform in the suite's report), never skipped.
-REFERENCE_DIVERGES: dict[str, str] = {}
-
-
-class LlamaCppDivergence(UserWarning):
-    """A documented difference between llama.cpp and the reference, seen in this run."""
-
 
 def _coupled(case: CorpusCase) -> bool:
     return any(len(seqs) > 1 for seqs in case.token_seqs())
@@ -75,7 +67,7 @@ def _coupled(case: CorpusCase) -> bool:
 
 def _invariants(case: CorpusCase, mode: str) -> list[str]:
     ids = ["SAN-028"] if mode == "unified" else ["SPL-023"]
-    if _skip_reason(case) is not None or case.name in REFERENCE_DIVERGES:
+    if _skip_reason(case) is not None:
         return ids  # only the differential row: the rules themselves are not what differs
     expected = case.expected
     if isinstance(expected, Accepted):
@@ -105,15 +97,11 @@ def _params() -> Iterator[Any]:
     for case in CASES:
         for mode in MODES:
             marks: list[Any] = [pytest.mark.invariant(*_invariants(case, mode))]
+            if case.output_all:
+                marks.append(pytest.mark.requires("decoder.embeddings"))
             reason = _skip_reason(case)
             if reason is not None:
                 marks.append(pytest.mark.skip(reason=reason))
-            elif case.name in REFERENCE_DIVERGES:
-                marks.append(
-                    pytest.mark.xfail(
-                        reason=REFERENCE_DIVERGES[case.name], raises=AssertionError, strict=True
-                    )
-                )
             yield pytest.param(case, mode, id=f"{case.name}-{mode}", marks=marks)
 
 
@@ -122,27 +110,6 @@ class Outcome:
     code: int
     memory: dict[int, tuple[int, int]]  # seq -> (seq_pos_min, seq_pos_max), -1s included
     rows: dict[int, np.ndarray]  # batch index -> logits (or embeddings) row
-
-
-@pytest.fixture(scope="module")
-def engines() -> Any:
-    """``[(name, target, model)]`` for llama.cpp and the reference, on the same fixture."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    from conformance.targets.llamacpp import LlamaCppTarget
-    from conformance.targets.reference import ReferenceTarget
-
-    out = []
-    for name, tgt in (("llama.cpp", LlamaCppTarget()), ("reference", ReferenceTarget())):
-        out.append((name, tgt, tgt.load_model(fixture_path(FIXTURE))))
-    return out
-
-
-@pytest.fixture(autouse=True)
-def _not_for_mutants(target: Any) -> None:
-    # This file compares the unmodified reference with llama.cpp whatever the target; mutants
-    # are killed by the default tests.
-    if str(getattr(target, "name", "")).startswith("mutant:"):
-        pytest.skip("differential tests are not run against mutants")
 
 
 def _prime(ctx: Any, memory: dict[int, tuple[int, int]]) -> None:
@@ -165,20 +132,22 @@ def _observed_seqs(case: CorpusCase) -> list[int]:
     return sorted(s for s in seqs if 0 <= s < case.n_seq_max)
 
 
-def _run(tgt: Any, model: Any, case: CorpusCase, unified: bool) -> Outcome:
+def _run(tgt: Any, case: CorpusCase, unified: bool) -> Outcome:
+    model = cached(tgt, "load_model", str(fixture_path(FIXTURE)))
     info = tgt.model_info(model)
     # llama.cpp aborts creating a context whose n_seq_max exceeds n_outputs_max (= n_batch).
     n_batch = max(N_BATCH, case.n_seq_max)
-    ctx = tgt.new_context(
-        model,
+    params: dict[str, Any] = dict(
         n_ctx=256 if unified else 256 * case.n_seq_max,
         n_batch=n_batch,
         n_ubatch=case.split_ubatch,
         n_seq_max=case.n_seq_max,
         kv_unified=unified,
-        embeddings=case.output_all,
         n_threads=1,
     )
+    if case.output_all:
+        params["embeddings"] = True  # a decoder.embeddings case (its param requires it)
+    ctx = tgt.new_context(model, **params)
     try:
         _prime(ctx, dict(case.memory or {}))
         if "embd" in case.needs:
@@ -197,9 +166,7 @@ def _run(tgt: Any, model: Any, case: CorpusCase, unified: bool) -> Outcome:
                     continue
         return Outcome(code, memory, rows)
     finally:
-        close = getattr(ctx, "close", None)  # the reference Context holds no native resources
-        if close is not None:
-            close()
+        release(ctx)
 
 
 def _expected_memory(case: CorpusCase, accepted: bool) -> dict[int, tuple[int, int]]:
@@ -208,15 +175,14 @@ def _expected_memory(case: CorpusCase, accepted: bool) -> dict[int, tuple[int, i
 
 
 def _mask_seq_choice(
-    engine: tuple[str, Any, Any], case: CorpusCase, unified: bool, want: Outcome
+    tgt: Any, case: CorpusCase, unified: bool, want: Outcome
 ) -> tuple[tuple[int, ...], ...] | None:
-    """The sequence lists, one first sequence per coupled token, for which the reference
-    reproduces ``want``'s output rows, or None. A token listed in several sequences is masked
-    as its first sequence (KV-023); llama.cpp stores a token's sequences in a
-    ``std::unordered_set``, so which one comes first is up to the C++ library (D15)."""
+    """The sequence lists, one first sequence per coupled token, for which ``tgt`` reproduces
+    ``want``'s output rows, or None. A token listed in several sequences is masked as its first
+    sequence (KV-023); llama.cpp stores a token's sequences in a ``std::unordered_set``, so
+    which one comes first is up to the C++ library (D15)."""
     if case.n_seq_id is not None or case.params or not isinstance(case.expected, Accepted):
         return None
-    _, tgt, model = engine
     # positions as llama.cpp generated them (from the first *listed* sequence, SAN-010)
     pos = case.expected.pos
     rows = case.token_seqs()
@@ -224,7 +190,7 @@ def _mask_seq_choice(
     for combo in itertools.product(*choices):
         if tuple(combo) == tuple(rows):
             continue
-        got = _run(tgt, model, dataclasses.replace(case, seq_ids=tuple(combo), pos=pos), unified)
+        got = _run(tgt, dataclasses.replace(case, seq_ids=tuple(combo), pos=pos), unified)
         if sorted(got.rows) == sorted(want.rows) and all(
             nmse(want.rows[i], got.rows[i]) <= NMSE_BAR for i in want.rows
         ):
@@ -232,44 +198,45 @@ def _mask_seq_choice(
     return None
 
 
+@pytest.mark.requires("decoder.logits", "decoder.memory_ops")
 @pytest.mark.parametrize(("case", "mode"), list(_params()))
-def test_corpus_decode_matches_llamacpp(
-    case: CorpusCase, mode: str, engines: Any, request: pytest.FixtureRequest
+def test_corpus_decode_matches_peer(
+    case: CorpusCase, mode: str, target: Any, peer: Any, request: pytest.FixtureRequest
 ) -> None:
     unified = MODES[mode]
-    got = {name: _run(tgt, model, case, unified) for name, tgt, model in engines}
-    lc, ref = got["llama.cpp"], got["reference"]
+    got, ref = _run(target, case, unified), _run(peer, case, unified)
     where = f"{case.name} ({case.rule}; {mode})"
 
-    assert lc.code == ref.code, f"{where}: llama_decode returned {lc.code}, reference {ref.code}"
-    assert lc.memory == ref.memory, f"{where}: memory after decode {lc.memory} != {ref.memory}"
-    assert sorted(lc.rows) == sorted(ref.rows), f"{where}: output tokens differ"
-    errors = {i: nmse(lc.rows[i], ref.rows[i]) for i in lc.rows}
+    assert got.code == ref.code, f"{where}: target returned {got.code}, peer {ref.code}"
+    assert got.memory == ref.memory, f"{where}: memory after decode {got.memory} != {ref.memory}"
+    assert sorted(got.rows) == sorted(ref.rows), f"{where}: output tokens differ"
+    errors = {i: nmse(ref.rows[i], got.rows[i]) for i in got.rows}
     worst = max(errors.values(), default=0.0)
     if worst > NMSE_BAR and _coupled(case):
-        # Known divergence (spec/batch.md D15): accepted only when choosing another
-        # mask sequence for the coupled tokens makes the reference reproduce llama.cpp exactly.
-        reference = next(e for e in engines if e[0] == "reference")
-        choice = _mask_seq_choice(reference, case, unified, lc)
+        # Known divergence (spec/batch.md D15): accepted only when choosing another mask
+        # sequence for the coupled tokens makes one engine reproduce the other exactly.
+        choice = _mask_seq_choice(target, case, unified, ref)
+        if choice is None:
+            choice = _mask_seq_choice(peer, case, unified, got)
         assert choice is not None, f"{where}: output rows differ (NMSE {worst:.3e})"
         note = (
-            f"{case.name}: llama.cpp masked the coupled tokens as the first of {choice}, the "
-            f"reference as the first of {tuple(case.token_seqs())} (batch.md D15)"
+            f"{case.name}: one engine masked the coupled tokens as the first of {choice}, the "
+            f"other as the first of {tuple(case.token_seqs())} (batch.md D15)"
         )
-        request.node.user_properties.append(("llamacpp_mask_sequences", note))
-        warnings.warn(LlamaCppDivergence(note), stacklevel=1)
+        request.node.user_properties.append(("mask_sequences", note))
+        warnings.warn(PeerDivergence(note), stacklevel=1)
     else:
         for i, err in errors.items():
             assert err <= NMSE_BAR, f"{where}: output row of token {i}: NMSE {err:.3e}"
 
-    # ... and both agree with the corpus's hand-written verdict
+    # ... and the target reaches the corpus's hand-written verdict
     if isinstance(case.expected, Accepted):
         want = 1 if (not unified and _coupled(case)) else 0
     else:
         want = -1
-    assert lc.code == want, f"{where}: expected code {want}, got {lc.code}"
-    assert lc.memory == _expected_memory(case, want == 0), f"{where}: memory {lc.memory}"
+    assert got.code == want, f"{where}: expected code {want}, got {got.code}"
+    assert got.memory == _expected_memory(case, want == 0), f"{where}: memory {got.memory}"
     if want == 0:
         assert isinstance(case.expected, Accepted)
         outputs = [i for i, o in enumerate(case.expected.outputs) if o]
-        assert sorted(lc.rows) == outputs, f"{where}: outputs {sorted(lc.rows)} != {outputs}"
+        assert sorted(got.rows) == outputs, f"{where}: outputs {sorted(got.rows)} != {outputs}"

@@ -1,16 +1,15 @@
-"""Differential tests: the target against llama.cpp's own samplers (llama-cpp-python).
+"""Differential tests: the target's samplers against the peer's (llama.cpp's own samplers by
+default, :mod:`conformance.targets.llamacpp.sampling`).
 
-Every test feeds the same candidate arrays, seeds and accepted tokens to the target and to
-llama.cpp (through :mod:`conformance.targets.llamacpp_sampling`) and requires the same kept
-rows, the same p (bit for bit where SMP-025 and the spec's *Rounding* decision say so,
-within 1e-6 otherwise) and the same selected token. Rows in a run of equal logits are
-compared as a set (their order is unspecified in llama.cpp). Skipped, with the reason, when
-llama-cpp-python cannot be imported.
+Every test feeds the same candidate arrays, seeds and accepted tokens to the target and to the
+peer and requires the same kept rows, the same p (bit for bit where SMP-025 and the spec's
+*Rounding* decision say so, within 1e-6 otherwise) and the same selected token. Rows in a run of
+equal logits are compared as a set (their order is unspecified in llama.cpp). Chains drawn by
+hypothesis use only the samplers both engines have.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
@@ -18,54 +17,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import describe
+from conformance.sampling.support import candidates, describe
 from conformance.strategies.sampling import logits_from_seed, seeds, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
 
 
-def _llama_cpp_installed() -> bool:
-    try:
-        return importlib.util.find_spec("llama_cpp") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-HAVE_LLAMA_CPP = _llama_cpp_installed()
-SKIP_REASON = (
-    "llama-cpp-python is not importable (install the 'llamacpp' extra: "
-    "llama-cpp-python==0.3.36) -- the llama.cpp differential tests need it"
-)
-pytestmark = [
-    pytest.mark.parity,
-    pytest.mark.skipif(not HAVE_LLAMA_CPP, reason=SKIP_REASON),
-]
 # samplers whose float arithmetic the spec requires to match llama.cpp bit for bit
 EXACT = {"greedy", "dist", "top_k", "top_p", "min_p", "temp", "penalties", "logit_bias"}
 
 
-@pytest.fixture(autouse=True)
-def _not_for_mutants(target: Any) -> None:
-    # The default tests must kill every mutant on their own (tests/meta); here a failing
-    # example would also be shrunk through llama.cpp, which takes minutes.
-    if str(getattr(target, "name", "")).startswith("mutant:"):
-        pytest.skip("differential tests are not run against mutants")
-
-
-@pytest.fixture(scope="module")
-def peer() -> Any:
-    from conformance.targets.llamacpp_sampling import LlamaCppSampling
-
-    try:
-        import llama_cpp  # noqa: F401 -- installed but possibly broken (missing shared library)
-    except Exception as exc:
-        pytest.skip(f"{SKIP_REASON}: {type(exc).__name__}: {exc}")
-    return LlamaCppSampling()
-
-
 class Pair:
-    """The same chain on the target and on llama.cpp, driven in lockstep."""
+    """The same chain on the target and on the peer, driven in lockstep."""
 
     def __init__(self, target: Any, peer: Any, spec: Any = None, default: Any = None) -> None:
         self.target, self.peer = target, peer
@@ -133,7 +97,7 @@ def assert_same(mine: TokenDataArray, theirs: TokenDataArray, exact: bool) -> No
     within 1e-6 (last-bit ``logf`` differences may swap rows of nearly equal typical score).
     The ids of a trailing run of equal logits (see :func:`_tail`) are not compared.
     """
-    msg = f"target:\n{describe(mine)}\nllama.cpp:\n{describe(theirs)}"
+    msg = f"target:\n{describe(mine)}\npeer:\n{describe(theirs)}"
     assert mine.size == theirs.size and mine.sorted == theirs.sorted, msg
     assert mine.selected == theirs.selected, msg
     tail_a, tail_b = _tail(mine), _tail(theirs)
@@ -216,10 +180,15 @@ SINGLE: dict[str, tuple[str, st.SearchStrategy[Any]]] = {
 }
 
 
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @pytest.mark.parametrize(
     "kind",
-    [pytest.param(k, marks=pytest.mark.invariant(v[0], "SMP-025")) for k, v in SINGLE.items()],
+    [
+        pytest.param(
+            k, marks=[pytest.mark.invariant(v[0], "SMP-025"), pytest.mark.requires(f"sampling.{k}")]
+        )
+        for k, v in SINGLE.items()
+    ],
 )
 @given(
     data=st.data(),
@@ -227,7 +196,7 @@ SINGLE: dict[str, tuple[str, st.SearchStrategy[Any]]] = {
     seed=seeds(),
     history=st.lists(st.integers(0, 400), max_size=10),
 )
-def test_single_sampler_matches_llama_cpp(
+def test_single_sampler_matches_peer(
     target: Any,
     peer: Any,
     kind: str,
@@ -252,7 +221,7 @@ def test_single_sampler_matches_llama_cpp(
 
 
 @pytest.mark.invariant("SMP-025", "SMP-021")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @given(cur=token_arrays(1, 5000, max_scale=8.0), seed=seeds())
 def test_dist_is_bit_identical(target: Any, peer: Any, cur: TokenDataArray, seed: int) -> None:
     pair = Pair(target, peer, [["dist", {"seed": seed}]])
@@ -260,20 +229,20 @@ def test_dist_is_bit_identical(target: Any, peer: Any, cur: TokenDataArray, seed
         for _ in range(5):
             mine, theirs = pair.apply(cur)
             assert mine.selected == theirs.selected
-            assert np.array_equal(mine.p, theirs.p), "p differs from llama.cpp in some bit"
+            assert np.array_equal(mine.p, theirs.p), "p differs from the peer's in some bit"
     finally:
         pair.free()
 
 
 @pytest.mark.invariant("SMP-025", "SMP-050")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.default_chain", "sampling.dist")
 @pytest.mark.parametrize("n_vocab", [32000, 131072])
 def test_large_vocab_default_chain_and_dist(target: Any, peer: Any, n_vocab: int) -> None:
     logits = logits_from_seed(n_vocab, n_vocab, 3.0)
     for kwargs in ({"spec": [["dist", {"seed": 123}]]}, {"default": {"seed": 123}}):
         pair = Pair(target, peer, **kwargs)
         try:
-            cur = target.build_candidates(logits)
+            cur = candidates(logits)
             for _ in range(3):
                 assert_same(*pair.apply(cur), exact=True)
             tokens = [pair.sample(logits) for _ in range(8)]
@@ -285,52 +254,62 @@ def test_large_vocab_default_chain_and_dist(target: Any, peer: Any, n_vocab: int
 # -- chains, state, default chain ---------------------------------------------------------
 
 
-def _parity_filters() -> st.SearchStrategy[list[Any]]:
-    plain = st.one_of(
-        *(
-            SINGLE[k][1]
-            for k in ("top_k", "top_p", "min_p", "top_n_sigma", "temp", "penalties", "logit_bias")
+CHAIN_FILTERS = ("top_k", "top_p", "min_p", "top_n_sigma", "temp", "penalties", "logit_bias")
+CHAIN_SAMPLERS = tuple(f"sampling.{k}" for k in (*CHAIN_FILTERS, "temp_ext", "typical"))
+
+
+def _available(target: Any, peer: Any, name: str) -> bool:
+    cap = f"sampling.{name}"
+    return bool(target.has(cap) and peer.has(cap))
+
+
+def _parity_filters(target: Any, peer: Any) -> st.SearchStrategy[list[Any]]:
+    """Chains of the filters both engines have (none: an empty list)."""
+    options = [SINGLE[k][1] for k in CHAIN_FILTERS if _available(target, peer, k)]
+    if _available(target, peer, "temp_ext"):
+        options.append(
+            st.builds(
+                lambda t, d, e: ["temp_ext", {"t": t, "delta": d, "exponent": e}],
+                st.floats(0.5, 1.5),
+                st.floats(0.0, 0.3),
+                st.floats(0.5, 2.0),
+            )
         )
-    )
-    ext = st.builds(
-        lambda t, d, e: ["temp_ext", {"t": t, "delta": d, "exponent": e}],
-        st.floats(0.5, 1.5),
-        st.floats(0.0, 0.3),
-        st.floats(0.5, 2.0),
-    )
-    typical_first = st.lists(SINGLE["typical"][1], max_size=1)
+    typical = SINGLE["typical"][1] if _available(target, peer, "typical") else st.nothing()
+    typical_first = st.lists(typical, max_size=1)
+    rest = st.lists(st.one_of(*options), max_size=4) if options else st.just([])
     # typical goes first: after strong temperatures a p can underflow to 0 (undefined, spec)
-    return st.builds(
-        lambda t, rest: t + rest, typical_first, st.lists(st.one_of(plain, ext), max_size=4)
-    )
+    return st.builds(lambda t, r: t + r, typical_first, rest)
 
 
 @pytest.mark.invariant("SMP-010", "SMP-013", "SMP-023", "SMP-044")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.uses(*CHAIN_SAMPLERS)
 @given(
-    filters=_parity_filters(),
+    data=st.data(),
     seed=seeds(),
     row_seed=st.integers(0, 2**32 - 1),
     n=st.integers(2, 600),
 )
-def test_chain_sequences_match_llama_cpp(
-    target: Any, peer: Any, filters: list[Any], seed: int, row_seed: int, n: int
+def test_chain_sequences_match_peer(
+    target: Any, peer: Any, data: st.DataObject, seed: int, row_seed: int, n: int
 ) -> None:
+    filters = data.draw(_parity_filters(target, peer), label="filters")
     spec = [*filters, ["dist", {"seed": seed}]]
     logits = logits_from_seed(row_seed, n, 2.0)
     pair = Pair(target, peer, spec)
     try:
         tokens = [pair.sample(logits) for _ in range(10)]
         assert all(a == b for a, b in tokens), tokens
-        assert_same(*pair.apply(target.build_candidates(logits)), exact=_exact(spec))
+        assert_same(*pair.apply(candidates(logits)), exact=_exact(spec))
     finally:
         pair.free()
 
 
 @pytest.mark.invariant("SMP-011", "SMP-012", "SMP-024", "SMP-044")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.chain", "sampling.penalties", "sampling.top_k", "sampling.dist")
 @given(seed=seeds(), last_n=st.integers(1, 6), warmup=st.integers(0, 8))
-def test_accept_reset_clone_match_llama_cpp(
+def test_accept_reset_clone_match_peer(
     target: Any, peer: Any, seed: int, last_n: int, warmup: int
 ) -> None:
     spec = [
@@ -358,7 +337,7 @@ def test_accept_reset_clone_match_llama_cpp(
 
 
 @pytest.mark.invariant("SMP-050", "SMP-051")
-@pytest.mark.requires("sampling.samplers")
+@pytest.mark.requires("sampling.default_chain")
 @given(
     prm=st.fixed_dictionaries(
         {"seed": seeds()},
@@ -380,7 +359,7 @@ def test_accept_reset_clone_match_llama_cpp(
     ),
     row_seed=st.integers(0, 2**32 - 1),
 )
-def test_default_chain_matches_llama_cpp(
+def test_default_chain_matches_peer(
     target: Any, peer: Any, prm: dict[str, Any], row_seed: int
 ) -> None:
     logits = logits_from_seed(row_seed, 2000, 2.0)
@@ -389,6 +368,6 @@ def test_default_chain_matches_llama_cpp(
         tokens = [pair.sample(logits) for _ in range(8)]
         assert all(a == b for a, b in tokens), tokens
         exact = prm.get("dynatemp_range", 0.0) == 0.0 and prm.get("typ_p", 1.0) == 1.0
-        assert_same(*pair.apply(target.build_candidates(logits)), exact=exact)
+        assert_same(*pair.apply(candidates(logits)), exact=exact)
     finally:
         pair.free()

@@ -1,18 +1,19 @@
-"""llama.cpp's CPU samplers through llama-cpp-python, behind the "sampling.*" adapter surface.
+"""llama.cpp's CPU samplers through llama-cpp-python, behind the ``sampling.*`` protocol.
 
-``LlamaCppSampling`` is a mixin with the same methods as the reference's sampling adapter
-(:mod:`conformance.targets.areas.sampling`): the llamacpp target mounts it to claim the
-``sampling.samplers`` and ``sampling.candidates`` capabilities, and
-``LlamaCppSamplingTarget`` is a standalone target for running the sampling suite alone::
+``LlamaCppSampling`` is the mixin the llamacpp target mounts to claim ``sampling.chain``,
+``sampling.default_chain`` and one capability per sampler; ``LlamaCppSamplingTarget`` is a
+standalone target for running the sampling suite alone::
 
     pytest conformance/sampling \
-        --target conformance.targets.llamacpp_sampling:LlamaCppSamplingTarget
+        --target conformance.targets.llamacpp.sampling:LlamaCppSamplingTarget
 
 Chains are built with ``llama_sampler_chain_init`` + ``llama_sampler_init_*`` (no model or
 context needed), candidate arrays cross the boundary as a numpy structured array with the
 ``llama_token_data`` layout. The surface's own checks (chain description, candidate arrays)
 are done here before llama.cpp sees the data, because llama.cpp aborts the process on the
-inputs they reject.
+inputs they reject; they are the reference's rules, so the target does not claim
+``sampling.input_checks`` (nor ``sampling.candidates``: ``sampler_sample`` builds the candidates
+the way ``llama_sampler_sample`` does, in the adapter, because that function needs a context).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.protocol.sampling import SAMPLERS
 from conformance.targets.base import Target
 from reference_impl.errors import SamplingError
 from reference_impl.sampling import candidates as candidate_rules
@@ -193,13 +195,7 @@ def _apply_raw(
 class LlamaCppSampling:
     """The sampling adapter surface over llama.cpp (same methods as the reference's)."""
 
-    # -- sampling.candidates ----------------------------------------------------------------
-
-    def build_candidates(self, logits: np.ndarray) -> TokenDataArray:
-        # llama_sampler_sample builds the same array in C; the validation is the surface's.
-        return candidate_rules.build_candidates(logits)
-
-    # -- sampling.samplers ------------------------------------------------------------------
+    # -- sampling.chain / sampling.default_chain ---------------------------------------------
 
     def sampler_chain_init(self, spec: Any) -> LlamaSamplerHandle:
         return _chain(chainspec.parse_chain(spec))
@@ -260,7 +256,7 @@ class LlamaCppSamplingTarget(LlamaCppSampling, Target):
     """llama.cpp's samplers alone, as a target (``module:attr`` form of ``--target``)."""
 
     name = "llamacpp-sampling"
-    capabilities = frozenset({"sampling.samplers", "sampling.candidates"})
+    capabilities = frozenset({"sampling.chain", "sampling.default_chain", *SAMPLERS})
 
     def __init__(self) -> None:
         _lib()  # fail at load time, in one line, when llama-cpp-python is missing

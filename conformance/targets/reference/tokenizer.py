@@ -1,19 +1,9 @@
-"""Target protocol for the tokenizer area (spec/tokenizer.md): the model's own vocabulary.
-
-* ``tokenizer.tokenize``: ``tokenize(handle, text, add_special, parse_special) -> list[int]``,
-  ``token_to_piece(handle, token, special) -> bytes``,
-  ``detokenize(handle, tokens, remove_special, unparse_special) -> bytes`` over a model handle
-  from ``load_model`` (``llama_tokenize`` / ``llama_token_to_piece`` / ``llama_detokenize``).
-"""
+"""The tokenizer area of the reference target: :mod:`conformance.protocol.tokenizer` over ``reference_impl``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "tokenizer.tokenize": ("load_model", "tokenize", "token_to_piece", "detokenize"),
-}
 
 
 class Reference:

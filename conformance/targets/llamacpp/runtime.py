@@ -130,6 +130,7 @@ class LlamaCppModel:
             "n_head": int(lc.llama_model_n_head(p)),
             "n_head_kv": int(lc.llama_model_n_head_kv(p)),
             "n_ctx_train": int(lc.llama_model_n_ctx_train(p)),
+            "eos": self.eos,
         }
 
     def meta(self, key: str) -> str | None:

@@ -1,0 +1,62 @@
+"""Protocol of the model area (spec/model.md): load a GGUF file, run a forward pass, read weights.
+
+Every method is phrased so that an engine exposing only llama.cpp's C API can implement it
+(``llama_model_load_from_file``; ``llama_decode`` of one sequence with every logit requested).
+A model handle is whatever ``load_model`` returns: the suite only passes it back to the target.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from conformance.protocol import capability, role
+
+
+@role("model")
+class ModelHandle(Protocol):
+    """An opaque loaded model (the suite never reads it, only hands it back)."""
+
+
+class LoadsModels(Protocol):
+    """Shared by every capability that starts from a GGUF file."""
+
+    def load_model(self, path: str | os.PathLike[str]) -> ModelHandle:
+        """Load the file; raise on a file the engine cannot use."""
+        ...
+
+    def model_info(self, model: Any) -> Mapping[str, int]:
+        """``n_vocab``, ``n_embd``, ``n_layer``, ``n_head``, ``n_head_kv``, ``n_ctx_train``
+        and ``eos`` (the end-of-generation token id, -1 if none)."""
+        ...
+
+
+class Forward(LoadsModels, Protocol):
+    def forward_logits(self, model: Any, tokens: Sequence[int]) -> np.ndarray:
+        """float32 ``[n_tokens, n_vocab]``: the tokens as one sequence at positions
+        ``0..n-1`` from an empty cache, every logit returned; raises on a token outside the
+        vocabulary."""
+        ...
+
+
+class Weights(LoadsModels, Protocol):
+    def model_tensor(self, model: Any, name: str) -> np.ndarray:
+        """A tensor as the engine computes with it: float32, dequantized, numpy shape = the
+        GGUF dims reversed; ``output.weight`` resolves tying."""
+        ...
+
+
+class Errors(LoadsModels, Protocol):
+    """``load_model`` refuses a bad file with an exception carrying the spec's stable
+    ``code`` (``GGUF_*``, ``MODEL_*``) and ``field`` / ``index`` attributes."""
+
+
+CAPABILITIES = (
+    capability("model.load", LoadsModels, "load a GGUF file and report its sizes"),
+    capability("model.forward", Forward, "full-sequence logits of one token sequence"),
+    capability("model.weights", Weights, "the engine's dequantized tensors by GGUF name"),
+    capability("model.errors", Errors, "load failures as typed errors with the spec's codes"),
+)
