@@ -234,3 +234,12 @@ def test_returned_objects_are_checked_against_the_claims_on_first_use() -> None:
     ):
         t.new_context(t.load_model("x"))
     assert TARGET == "target"
+
+
+def test_template_adapter_loads_and_validates() -> None:
+    from conformance.engines import load_engine
+
+    target = load_engine("conformance.targets.template:make_target")
+    assert {"model.load", "decoder.logits", "decoder.memory_ops"} <= set(target.capabilities)
+    with pytest.raises(NotImplementedError):
+        target.load_model("model.gguf")

@@ -1,0 +1,52 @@
+"""Meta-test: no conformance test leans on more than it declares.
+
+The whole suite runs once with ``--claims=minimal``: every test sees a target that claims exactly
+the capabilities the test requires (what it ``uses`` is absent, so its fallback path runs), and
+the gate (:mod:`conformance.gate`) refuses everything else. A test requiring one capability C
+therefore runs against a target with C alone; one requiring C1 and C2 against a target with just
+those two. The run must have no suite defect and no failure: the reference passes every test
+with its full capabilities, so a test that fails here depends on something it did not declare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
+
+
+def test_every_test_passes_against_a_target_with_only_its_required_capabilities(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ)
+    env["DC_HYPOTHESIS_PROFILE"] = "ci"
+    env.setdefault("TRITON_INTERPRET", "1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(CONFORMANCE_DIR),
+        "--claims=minimal",
+        f"--report-dir={tmp_path}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--tb=line",
+        "--no-header",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    report = json.loads((tmp_path / "conformance.json").read_text())
+    outcomes = report["summary"]["outcomes"]
+    bad = [
+        f"{d['test']}: {d['outcome']} {d.get('reason', '')}".rstrip()
+        for inv in report["invariants"]
+        for d in inv["details"]
+        if d["outcome"] in ("failed", "suite-defect")
+    ]
+    assert not bad, "tests that need more than they declare:\n" + "\n".join(sorted(set(bad)))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert outcomes["passed"] > 300, outcomes  # the run did run the suite
