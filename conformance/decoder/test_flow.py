@@ -222,11 +222,11 @@ def test_failed_prepare_gets_one_optimizing_update_and_no_blind_retry(
     ("status", "code"), [(ComputeStatus.ALLOC_FAILED, -2), (ComputeStatus.FAILED, -3)]
 )
 def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
-    new_ctx: Callable[..., Any], status: ComputeStatus, code: int
+    new_ctx: Callable[..., Any], target: Any, status: ComputeStatus, code: int
 ) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4, n_seq_max=2, kv_unified=True, trace=True)
     assert ctx.decode(batch(prompt(3), seqs=[[1]] * 3)) == 0
-    ctx.inject_failure(1, status)  # ubatch 1 of the next decode fails
+    target.inject_failure(ctx, 1, status)  # ubatch 1 of the next decode fails
     # tokens 0-3 -> ubatch 0, 4-7 -> ubatch 1 (fails), 8-9 -> ubatch 2 never runs
     assert ctx.decode(batch(prompt(10))) == code
     assert ctx.last_error.code == {-2: "DEC_ALLOC_FAILED", -3: "DEC_COMPUTE_FAILED"}[code]
@@ -238,10 +238,12 @@ def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
 
 @pytest.mark.invariant("DEC-028")
 @pytest.mark.requires("decoder.faults", "decoder.memory_ops")
-def test_rollback_covers_every_sequence_of_a_coupled_token(new_ctx: Callable[..., Any]) -> None:
+def test_rollback_covers_every_sequence_of_a_coupled_token(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=8, n_seq_max=2, kv_unified=True)
     assert ctx.decode(batch(prompt(2), seqs=[[0, 1]] * 2)) == 0
-    ctx.inject_failure(0, ComputeStatus.FAILED)
+    target.inject_failure(ctx, 0, ComputeStatus.FAILED)
     assert ctx.decode(batch(prompt(2), seqs=[[0, 1]] * 2)) == -3
     assert ctx.seq_pos_max(0) == 1 and ctx.seq_pos_max(1) == 1
 

@@ -21,12 +21,12 @@ def last_kinds(ctx: Any) -> list[str]:
 @pytest.mark.requires("decoder.faults", "decoder.introspection")
 @pytest.mark.parametrize("fault", ["memory_no_update", "memory_failed_compute"])
 def test_unexpected_memory_status_is_minus_two_before_any_ubatch(
-    new_ctx: Callable[..., Any], fault: str
+    new_ctx: Callable[..., Any], target: Any, fault: str
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     assert ctx.decode(batch(prompt(3))) == 0
     before = memory_view(ctx)
-    ctx.inject_fault(fault)
+    target.inject_fault(ctx, fault)
     assert ctx.decode(batch(prompt(4))) == -2
     assert ctx.last_error.code == "DEC_MEMORY_STATUS"
     assert "apply" not in last_kinds(ctx)
@@ -36,11 +36,11 @@ def test_unexpected_memory_status_is_minus_two_before_any_ubatch(
 @pytest.mark.invariant("DEC-026")
 @pytest.mark.requires("decoder.faults", "decoder.introspection")
 def test_failed_output_reservation_is_minus_two_before_any_ubatch(
-    new_ctx: Callable[..., Any],
+    new_ctx: Callable[..., Any], target: Any
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     before = memory_view(ctx)
-    ctx.inject_fault("output_reserve")
+    target.inject_fault(ctx, "output_reserve")
     assert ctx.decode(batch(prompt(4))) == -2
     assert ctx.last_error.code == "DEC_OUTPUT_RESERVE"
     assert "apply" not in last_kinds(ctx)
@@ -49,10 +49,14 @@ def test_failed_output_reservation_is_minus_two_before_any_ubatch(
 
 @pytest.mark.invariant("DEC-032")
 @pytest.mark.requires("decoder.faults")
-def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(new_ctx: Callable[..., Any]) -> None:
+def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.decode(batch(prompt(3))) == 0
-    ctx.inject_fault("output_rows")  # the first ubatch of the next decode extracts a row too few
+    target.inject_fault(
+        ctx, "output_rows"
+    )  # the first ubatch of the next decode extracts a row too few
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
     assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
     assert ctx.seq_pos_max(0) == 2  # the failed ubatch's positions 3.. are rolled back
@@ -61,9 +65,11 @@ def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(new_ctx: Callable[..
 
 @pytest.mark.invariant("DEC-033")
 @pytest.mark.requires("decoder.faults")
-def test_total_row_count_is_checked_at_finalization(new_ctx: Callable[..., Any]) -> None:
+def test_total_row_count_is_checked_at_finalization(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
-    ctx.inject_fault("output_total")
+    target.inject_fault(ctx, "output_total")
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
     assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
     assert invalid(lambda: ctx.get_logits_ith(0))

@@ -59,10 +59,10 @@ def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
 
 @pytest.mark.invariant("OUT-003", "OUT-022")
 @pytest.mark.requires("decoder.faults")
-def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> None:
+def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any], target: Any) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
     assert ctx.decode(batch(prompt(6), all_out=True)) == 0
-    ctx.inject_failure(1, ComputeStatus.FAILED)
+    target.inject_failure(ctx, 1, ComputeStatus.FAILED)
     assert ctx.decode(batch(prompt(8), all_out=True)) == -3
     assert ctx.n_outputs() == 0
     assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (-1, -2, 0, 3, 7))

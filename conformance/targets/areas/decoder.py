@@ -24,8 +24,13 @@ The returned context offers, per capability:
   True aborts the decode (return code 2);
 * ``decoder.errors``: after a non-zero return, ``last_error`` has the spec's ``code``/``field``/
   ``index``/``seq_id``; invalid output accessors raise errors with OUT_* codes;
-* ``decoder.faults``: ``inject_failure(k, status)`` makes the ``k``-th next ubatch fail with a
-  ``ComputeStatus`` (ALLOC_FAILED or FAILED);
+* ``decoder.faults``: target methods (the context is created as usual):
+  ``inject_failure(ctx, k, status)`` makes the ``k``-th ubatch ``ctx`` computes from now on
+  fail with that ``ComputeStatus`` (ALLOC_FAILED or FAILED, as an int); ``inject_fault(ctx,
+  kind)`` arms one failure of the flow for the next decode: ``memory_no_update``,
+  ``memory_failed_compute`` (unexpected memory status), ``output_reserve`` (the output
+  reservation fails), ``output_rows`` (a ubatch extracts one row too few), ``output_total``
+  (the decode's row total disagrees with the batch);
 * ``decoder.introspection``: ``trace`` (a DecodeTrace when created with ``trace=True``),
   ``scheduler`` (``n_built``/``n_reused``/``n_reservations``), ``outputs`` (capacity,
   ``output_ids``, pending ``swaps``), ``output_ids()``, ``reorder_outputs()``,
@@ -44,7 +49,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "decoder.embeddings": ("load_model", "new_context"),
     "decoder.abort": ("load_model", "new_context"),
     "decoder.errors": ("load_model", "new_context"),
-    "decoder.faults": ("load_model", "new_context"),
+    "decoder.faults": ("load_model", "new_context", "inject_failure", "inject_fault"),
     "decoder.introspection": ("load_model", "new_context"),
     "decoder.shift": ("load_model", "new_context"),
 }
@@ -61,3 +66,13 @@ class Reference:
         if "attention_type" in params:
             params["attention_type"] = AttentionType(params["attention_type"])
         return Context(model, **params)
+
+    # -- decoder.faults --------------------------------------------------------------------------
+
+    def inject_failure(self, ctx: Any, ubatch: int, status: int) -> None:
+        from reference_impl.memory.status import ComputeStatus
+
+        ctx.inject_failure(ubatch, ComputeStatus(status))
+
+    def inject_fault(self, ctx: Any, kind: str) -> None:
+        ctx.inject_fault(kind)
