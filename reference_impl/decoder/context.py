@@ -46,6 +46,7 @@ from reference_impl.memory.coordinator import MemoryCoordinator, make_memory
 from reference_impl.memory.status import ComputeStatus, MemoryStatus, ubatch_failure_decode_code
 from reference_impl.model import Model, set_threads
 from reference_impl.native import NativeDecodeStep
+from spec import implements
 
 if TYPE_CHECKING:
     from reference_impl.decoder.faults import FaultInjector
@@ -77,6 +78,7 @@ class UBatchPlan:
 class Context:
     """A decoding context (llama_context) over a :class:`~reference_impl.model.Model`."""
 
+    @implements("OUT-017")
     def __init__(
         self,
         model: Model,
@@ -143,24 +145,31 @@ class Context:
 
     # ================================================================== public API
 
+    @implements("DEC-010")
     def n_ctx(self) -> int:
         return self.cparams.n_ctx
 
+    @implements("DEC-010")
     def n_ctx_seq(self) -> int:
         return self.cparams.n_ctx_seq
 
+    @implements("DEC-010")
     def n_batch(self) -> int:
         return self.cparams.n_batch
 
+    @implements("DEC-010")
     def n_ubatch(self) -> int:
         return self.cparams.n_ubatch
 
+    @implements("DEC-010")
     def n_seq_max(self) -> int:
         return self.cparams.n_seq_max
 
+    @implements("DEC-010")
     def pooling_type(self) -> PoolingType:
         return self.cparams.pooling
 
+    @implements("DEC-011", "DEC-013", "DEC-022", "PHASE-006")
     def decode(self, batch: Batch) -> int:
         """llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, -2 / -3 failures."""
         self._begin_call("decode", batch)
@@ -176,6 +185,7 @@ class Context:
             return self._end_call(failure)
         return self._end_call()
 
+    @implements("DEC-049")
     def encode(self, batch: Batch) -> int:
         """llama_encode: the whole batch as one non-causal ubatch, every token an output,
         positions from 0 when missing, nothing kept in memory. Returns 0, -1, 2, -2 or -3."""
@@ -190,6 +200,7 @@ class Context:
             return self._end_call(failure)
         return self._end_call()
 
+    @implements("DEC-029", "DEC-030")
     def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
         """llama_set_abort_callback: asked once per ubatch, after its KV apply (and once
         before an encode's compute); True stops the call with 2."""
@@ -197,6 +208,7 @@ class Context:
 
     # ================================================================== decode flow steps
 
+    @implements("DEC-013", "OUT-011")
     def _begin_call(self, what: str, batch: Batch) -> None:
         if not isinstance(batch, Batch):
             raise TypeError(f"{what} expects a Batch, got {type(batch).__name__}")
@@ -206,6 +218,7 @@ class Context:
         # this call does (spec/decoder.md D7).
         self.outputs.reorder()
 
+    @implements("DEC-014")
     def _end_call(self, failure: _StepFailed | None = None) -> int:
         code = 0 if failure is None else failure.code
         if failure is not None:
@@ -213,6 +226,7 @@ class Context:
         self.trace.add("done" if code == 0 else "error", code=code)
         return code
 
+    @implements("DEC-015", "DEC-016", "DEC-017", "DEC-020", "DEC-021")
     def _sanitize(self, batch: Batch) -> SanitizedBatch:
         """Step 1: the batch validated and completed against the memory (positions, sequence
         ids, output flags; every flag on with embeddings), then its sizes checked. Every
@@ -234,6 +248,7 @@ class Context:
         self._check_sizes(sb)
         return sb
 
+    @implements("DEC-018", "DEC-019", "OUT-004")
     def _check_sizes(self, sb: SanitizedBatch) -> None:
         """The limits llama.cpp asserts on (decisions D1, D2): a -1 here, checked after the
         sanitizer so that an invalid batch reports the sanitizer's code."""
@@ -269,6 +284,7 @@ class Context:
         if limit_error is not None:
             raise _StepFailed(-1, limit_error)
 
+    @implements("DEC-023", "DEC-024", "DEC-025", "DEC-034", "DEC-036")
     def _prepare_memory(self, splitter: BatchSplitter) -> MemoryContext:
         """Steps 3, 2 and 4 in one coordinator call, in llama.cpp's order: the memory update
         first (pending K-shifts and stream copies, so the new tokens are placed and attend after
@@ -299,6 +315,7 @@ class Context:
             )
         return plan.context
 
+    @implements("DEC-012")
     def _count_outputs(self, splitter: BatchSplitter, mctx: MemoryContext) -> UBatchPlan:
         """Step 2's output selection: each ubatch yields a row per token when the whole batch
         is output, else a row per flagged token."""
@@ -311,6 +328,7 @@ class Context:
         self.trace.add("split", n_ubatches=len(mctx.ubatches), outputs=counts)
         return UBatchPlan(splitter, mctx, counts, all_outputs)
 
+    @implements("DEC-026", "OUT-003", "OUT-021", "OUT-030")
     def _reserve_outputs(self, n_outputs: int) -> None:
         """Step 5: rows for the batch's outputs. From here on the last batch's outputs are gone
         (mapping and pooled embeddings); a call that failed earlier leaves them readable."""
@@ -321,6 +339,7 @@ class Context:
         self.embd_seq.clear()
         self.trace.add("output_reserve", rows=self.outputs.capacity)
 
+    @implements("DEC-027", "DEC-031", "OUT-005", "OUT-029")
     def _run_ubatches(self, plan: UBatchPlan) -> int:
         """Step 6: execute the ubatches in the memory's order, each one's rows after those of
         the ubatches before it; returns the number of rows extracted."""
@@ -337,6 +356,7 @@ class Context:
             if not mctx.next():
                 return row0
 
+    @implements("DEC-027", "DEC-028", "OUT-022")
     def _ubatch_failed(self, ub: UBatch, result: UBatchResult) -> NoReturn:
         """A failed ubatch ends the decode: its sequences lose their positions from the first
         one in it (earlier ubatches stay in memory), and no output row is readable."""
@@ -345,6 +365,7 @@ class Context:
         self.embd_seq.clear()
         raise _StepFailed(code, result.error or DecoderError("DEC_COMPUTE_FAILED", "ubatch failed"))
 
+    @implements("DEC-033", "OUT-006", "OUT-007")
     def _finalize(self, plan: UBatchPlan, n_rows: int) -> None:
         """Step 7: the rows must be the batch's outputs; then out_ids (emission order) become
         output_ids, with the swaps back to batch order left pending until the first read."""
@@ -361,6 +382,7 @@ class Context:
 
     # ================================================================== encode flow steps
 
+    @implements("DEC-050")
     def _sanitize_for_encode(self, batch: Batch) -> SanitizedBatch:
         """An encode's batch: no memory to continue positions from, every token an output, and
         all of it in one ubatch."""
@@ -406,6 +428,7 @@ class Context:
 
     # ================================================================== sample router
 
+    @implements("OUT-033")
     def set_sampler(self, seq_id: int, chain: Any) -> None:
         """Attach a sampler chain (a ``reference_impl.sampling`` chain description) to a
         sequence, or detach it with None: after each decode, the rows of the flagged tokens
@@ -418,6 +441,7 @@ class Context:
 
         self.samplers[seq_id] = sampling_chain.build_chain(chain)
 
+    @implements("OUT-033")
     def _seq_output_limit_error(self, sb: SanitizedBatch) -> DecoderError | None:
         """Part of step 1: a sequence with a sampler gets at most ``n_outputs_max_per_seq``
         outputs per batch, counting every flagged token that lists it."""
@@ -454,6 +478,7 @@ class Context:
                     self.outputs.sampled[row0 + k] = chain.sample(self.outputs.logits[row0 + k])
                     break
 
+    @implements("OUT-034")
     def get_sampled_token_ith(self, i: int) -> int:
         """The token the sequence's sampler chose for batch token ``i`` in the last decode."""
         self.outputs.reorder()
@@ -462,6 +487,7 @@ class Context:
             raise OutputError("OUT_NO_SAMPLE", f"batch token {i} was not sampled", index=i)
         return tok
 
+    @implements("OUT-031", "OUT-032")
     def seq_output_rows(self, seq_id: int) -> list[int]:
         """Output rows (batch order) of the flagged tokens listing ``seq_id``."""
         rows = []
@@ -477,20 +503,25 @@ class Context:
     # ================================================================== outputs
     # Every per-row read applies the pending swaps first (OUT-008), so rows are in batch order.
 
+    @implements("DEC-052")
     def n_outputs(self) -> int:
         return self.outputs.n_outputs
 
+    @implements("DEC-052")
     def output_ids(self) -> np.ndarray:
         return self.outputs.output_ids.copy()
 
+    @implements("OUT-009")
     def reorder_outputs(self) -> None:
         self.outputs.reorder()
 
+    @implements("OUT-008", "OUT-019")
     def get_logits(self) -> np.ndarray:
         """All output rows in batch order: ``[n_outputs, n_vocab]``."""
         self.outputs.reorder()
         return self.outputs.logits[: self.outputs.n_outputs].copy()
 
+    @implements("OUT-008", "OUT-012", "OUT-013", "OUT-014", "OUT-015", "OUT-016")
     def get_logits_ith(self, i: int) -> np.ndarray:
         """Logits of batch token ``i`` (``i < 0``: the ``-i``-th row from the end).
 
@@ -499,18 +530,21 @@ class Context:
         self.outputs.reorder()
         return self.outputs.logits[self.outputs.resolve_row(i)].copy()
 
+    @implements("OUT-008", "OUT-020")
     def get_embeddings(self) -> np.ndarray:
         self._require_token_embeddings()
         self.outputs.reorder()
         assert self.outputs.embd is not None
         return self.outputs.embd[: self.outputs.n_outputs].copy()
 
+    @implements("OUT-008", "OUT-020", "OUT-024")
     def get_embeddings_ith(self, i: int) -> np.ndarray:
         self._require_token_embeddings()
         self.outputs.reorder()
         assert self.outputs.embd is not None
         return self.outputs.embd[self.outputs.resolve_row(i)].copy()
 
+    @implements("OUT-030")
     def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
         """The pooled embedding of ``seq_id`` from the last decode (pooling MEAN/CLS/LAST)."""
         if self.cparams.pooling == PoolingType.NONE or seq_id not in self.embd_seq:
@@ -519,6 +553,7 @@ class Context:
             )
         return self.embd_seq[seq_id].copy()
 
+    @implements("OUT-020")
     def _require_token_embeddings(self) -> None:
         if not self.cparams.embeddings or self.cparams.pooling != PoolingType.NONE:
             raise OutputError(
@@ -530,30 +565,39 @@ class Context:
     # ================================================================== memory ops
     # They act on the memory only: the last decode's outputs stay as they are (DEC-041).
 
+    @implements("DEC-038", "DEC-039", "DEC-041")
     def memory_clear(self, data: bool = True) -> None:
         self.memory.clear(data)
 
+    @implements("DEC-038", "DEC-040", "DEC-041")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         return bool(self.memory.seq_rm(seq_id, p0, p1))
 
+    @implements("DEC-038", "DEC-041")
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         self.memory.seq_cp(src, dst, p0, p1)
 
+    @implements("DEC-038", "DEC-041")
     def seq_keep(self, seq_id: int) -> None:
         self.memory.seq_keep(seq_id)
 
+    @implements("DEC-038", "DEC-041")
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         self.memory.seq_add(seq_id, p0, p1, delta)
 
+    @implements("DEC-038", "DEC-041")
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         self.memory.seq_div(seq_id, p0, p1, d)
 
+    @implements("DEC-038")
     def seq_pos_min(self, seq_id: int) -> int:
         return int(self.memory.seq_pos_min(seq_id))
 
+    @implements("DEC-038")
     def seq_pos_max(self, seq_id: int) -> int:
         return int(self.memory.seq_pos_max(seq_id))
 
+    @implements("DEC-037", "DEC-053", "DEC-054")
     def _k_shift(self, layer: int, k: torch.Tensor, shift: torch.Tensor) -> None:
         """The memory update's K-shift: re-rotate the cached keys of every stream by their
         accumulated position delta."""
@@ -563,6 +607,7 @@ class Context:
 
     # ================================================================== construction
 
+    @implements("DEC-059", "OUT-028")
     def _check_params(self) -> None:
         """Parameters the context refuses before it allocates anything."""
         cp, params = self.cparams, self.params
@@ -587,6 +632,7 @@ class Context:
                 field="n_seq_max",
             )
 
+    @implements("DEC-046", "DEC-047")
     def _reserve_worst_case(self, initial: bool = False) -> None:
         """llama.cpp's graph_reserve: at creation the prompt shape, the generation shape and the
         prompt shape again; after an applied memory update, the prompt shape. Each rounds
@@ -614,6 +660,7 @@ class Context:
                 }
             )
 
+    @implements("DEC-058")
     def _attention_backend(self, name: str) -> tuple[Any, list[Any]]:
         """The attention function handed to the forward and the list its kernel calls append
         DispatchRecords to. "torch": the model's own attention (None); "triton",
@@ -634,6 +681,7 @@ class Context:
 
         return attention, kernel_trace
 
+    @implements("DEC-062", "DEC-063")
     def _native_decode_path(self, name: str) -> tuple[NativeDecodeStep | None, str]:
         """The native one-token step this context uses (or None) and why: "native" when it
         runs, else the reason it does not. ``decode_path="native"`` makes a missing one an
@@ -664,6 +712,7 @@ class Context:
         return step, "native"
 
 
+@implements("DEC-015")
 def _require_tokens(batch: Batch) -> None:
     """An empty batch is -1 before anything else runs, and changes nothing."""
     if batch.n_tokens == 0:

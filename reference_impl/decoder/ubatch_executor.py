@@ -29,6 +29,7 @@ from reference_impl.decoder.trace import DecodeTrace
 from reference_impl.errors import DecoderError, EngineError
 from reference_impl.kv import mask as kv_mask
 from reference_impl.memory.status import ComputeStatus
+from spec import implements
 
 if TYPE_CHECKING:
     from reference_impl.model import Model
@@ -88,6 +89,7 @@ class UBatchExecutor:
 
     # -- decode ---------------------------------------------------------------------------------
 
+    @implements("DEC-031", "DEC-042", "DEC-029", "DEC-030")
     def execute(
         self, mctx: Any, ub: UBatch, row0: int, n_outputs: int, all_outputs: bool
     ) -> UBatchResult:
@@ -104,6 +106,7 @@ class UBatchExecutor:
             return failed(ComputeStatus.ABORTED, "aborted by the abort callback")
         return self.compute(mctx, ub, row0, n_outputs, all_outputs)
 
+    @implements("DEC-042", "DEC-032")
     def compute(
         self, mctx: Any, ub: UBatch, row0: int, n_outputs: int, all_outputs: bool
     ) -> UBatchResult:
@@ -123,6 +126,7 @@ class UBatchExecutor:
             )
         return UBatchResult(ComputeStatus.SUCCESS, n_rows=len(rows), rows=rows, pooled=pooled)
 
+    @implements("DEC-042", "DEC-060", "DEC-062", "OUT-005")
     def _forward(self, mctx: Any, ub: UBatch, rows: np.ndarray, row0: int) -> torch.Tensor:
         """The compute plan (reused when the shape allows), its inputs, then the forward; the
         logits of output rows land in output rows ``row0 ...``. Returns the hidden states of
@@ -158,6 +162,7 @@ class UBatchExecutor:
             ).numpy()
         return hidden
 
+    @implements("PHASE-004")
     def _forward_torch(
         self,
         ub: UBatch,
@@ -190,6 +195,7 @@ class UBatchExecutor:
             attention=self.attention,
         )
 
+    @implements("DEC-061", "PHASE-004")
     def _forward_native(
         self, ub: UBatch, cell: tuple[int, int], kq_mask: torch.Tensor, row0: int, n_logits: int
     ) -> torch.Tensor:
@@ -216,6 +222,7 @@ class UBatchExecutor:
         # the step reuses its hidden buffer: a copy when it outlives the step (embeddings, pooling)
         return hidden.clone() if self.embeddings else hidden
 
+    @implements("OUT-024")
     def _store_embeddings(
         self, ub: UBatch, hidden: torch.Tensor, row0: int, n: int
     ) -> dict[int, np.ndarray]:
@@ -233,6 +240,7 @@ class UBatchExecutor:
 
     # -- encode ---------------------------------------------------------------------------------
 
+    @implements("DEC-049")
     def encode(self, ub: UBatch) -> UBatchResult:
         """An encode's only ubatch: non-causal, every token an output at row ``i``, K/V kept in
         a scratch buffer (nothing enters the memory)."""
@@ -262,6 +270,7 @@ class UBatchExecutor:
         return UBatchResult(ComputeStatus.SUCCESS, n_rows=n, rows=np.arange(n), pooled=pooled)
 
 
+@implements("OUT-005")
 def output_rows(ub: UBatch, all_outputs: bool) -> np.ndarray:
     """Ubatch rows that produce outputs, in ubatch order."""
     if all_outputs:
@@ -269,6 +278,7 @@ def output_rows(ub: UBatch, all_outputs: bool) -> np.ndarray:
     return np.flatnonzero(np.asarray(ub.output[: ub.n_tokens]) != 0).astype(np.int64)
 
 
+@implements("DEC-056", "PHASE-010")
 def stream_mask(cache: Any, ub: UBatch, n_kv: int, causal: bool) -> tuple[torch.Tensor, int]:
     """The KQ mask as one 2-D additive matrix ``[n_tokens, n_groups * n_kv]``.
 
@@ -297,6 +307,7 @@ def attended_columns(mask: torch.Tensor) -> int:
     return int(open_cols[-1]) + 1 if open_cols.size else mask.shape[1]
 
 
+@implements("DEC-064")
 def kv_reader(
     cache: Any, streams: tuple[int, ...], n_kv: int
 ) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
@@ -313,6 +324,7 @@ def kv_reader(
     return read
 
 
+@implements("DEC-049")
 def encode_mask(ub: UBatch) -> torch.Tensor:
     """An encode's KQ mask: every token attends to every token of its first sequence, before
     and after it (non-causal)."""
