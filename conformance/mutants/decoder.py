@@ -139,14 +139,14 @@ def _rows(ub: Any, better: Any) -> dict[int, int]:
 def _outputs_dropped_before_validation(target: Any) -> Any:
     from reference_impl.decoder.context import Context
 
-    original = Context._decode
+    original = Context._sanitize  # the decode flow's first step
 
-    def _decode(self: Context, batch: Any) -> int:
+    def _sanitize(self: Context, batch: Any) -> Any:
         self.outputs.n_outputs = 0
         self.outputs.output_ids.fill(-1)
         return original(self, batch)
 
-    Context._decode = _decode  # type: ignore[method-assign]
+    Context._sanitize = _sanitize  # type: ignore[method-assign]
     return target
 
 
@@ -198,28 +198,16 @@ def _reservation_not_rounded(target: Any) -> Any:
 
 
 def _encode_is_causal(target: Any) -> Any:
-    import torch
-
     from reference_impl.decoder import ubatch_executor
 
-    original = ubatch_executor.encode_ubatch
+    original = ubatch_executor.encode_mask
 
-    def encode_ubatch(ctx: Any, ub: Any) -> Any:
-        model = ctx.model
-        inner = model.forward_ubatch
+    def encode_mask(ub: Any) -> torch.Tensor:
+        mask = original(ub)
+        n = mask.shape[0]
+        return mask + torch.full((n, n), float("-inf")).triu(1)
 
-        def causal_forward(**kw: Any) -> Any:
-            n = kw["kq_mask"].shape[0]
-            kw["kq_mask"] = kw["kq_mask"] + torch.full((n, n), float("-inf")).triu(1)
-            return inner(**kw)
-
-        model.forward_ubatch = causal_forward
-        try:
-            return original(ctx, ub)
-        finally:
-            del model.forward_ubatch
-
-    replace("reference_impl.decoder.context", "encode_ubatch", encode_ubatch)
+    replace("reference_impl.decoder.ubatch_executor", "encode_mask", encode_mask)
     return target
 
 

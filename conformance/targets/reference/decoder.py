@@ -14,18 +14,21 @@ class Reference:
 
     def new_context(self, model: Any, **params: Any) -> Context:
         from reference_impl.decoder import AttentionType, Context, PoolingType
+        from reference_impl.decoder.faults import FaultInjector
 
         if "pooling" in params:
             params["pooling"] = PoolingType(params["pooling"])
         if "attention_type" in params:
             params["attention_type"] = AttentionType(params["attention_type"])
-        return Context(model, **params)
+        # decoder.faults: every context of the adapter carries an (idle) injector; the
+        # reference's production contexts have none
+        return Context(model, faults=FaultInjector(), **params)
 
-    # -- decoder.faults ------------------------------------------------------------------------
+    # -- decoder.faults: through the FaultInjector each context is created with --------------
     def inject_failure(self, ctx: Any, ubatch: int, status: int) -> None:
         from reference_impl.memory.status import ComputeStatus
 
-        ctx.inject_failure(ubatch, ComputeStatus(status))
+        ctx.faults.fail_ubatch(ubatch, ComputeStatus(status))
 
     def inject_fault(self, ctx: Any, kind: str) -> None:
-        ctx.inject_fault(kind)
+        ctx.faults.arm(kind)
