@@ -85,7 +85,7 @@ def _needs(claimed: frozenset[str]) -> dict[str, dict[str, str]]:
     for name in sorted(claimed & set(caps)):
         for role, members in caps[name].objects.items():
             for m in members.values():
-                if m.kind == "method":
+                if m.kind == "method" and not m.optional:
                     out.setdefault(role, {}).setdefault(m.name, name)
     return out
 

@@ -69,6 +69,13 @@ def role(name: str) -> Callable[[type[_T]], type[_T]]:
     return tag
 
 
+def optional(fn: _T) -> _T:
+    """Mark a protocol method that only some objects of the role have (e.g. ``state()`` of a
+    memory: kv and recurrent memories only). Tests may call it; loading does not require it."""
+    fn.__dc_optional__ = True  # type: ignore[attr-defined]
+    return fn
+
+
 def role_of(annotation: Any) -> str | None:
     """The role named by a return annotation (``X``, ``X | None``), or None for plain data."""
     found = getattr(annotation, "__dc_role__", None)
@@ -89,6 +96,7 @@ class Member:
     kind: str  # "method" or "attribute"
     owner: type  # the Protocol that declares it
     returns: str | None = None  # role of the result (methods), None for data
+    optional: bool = False  # only some objects of the role have it (see optional())
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,13 @@ def protocol_members(proto: type) -> dict[str, Member]:
                 continue
             if inspect.isfunction(value):
                 hints = typing.get_type_hints(value)  # resolved in the defining module
-                out[name] = Member(name, "method", cls, role_of(hints.get("return")))
+                out[name] = Member(
+                    name,
+                    "method",
+                    cls,
+                    role_of(hints.get("return")),
+                    bool(getattr(value, "__dc_optional__", False)),
+                )
             elif isinstance(value, property):
                 out[name] = Member(name, "attribute", cls)
         for name in vars(cls).get("__annotations__", {}):

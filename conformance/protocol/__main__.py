@@ -56,6 +56,7 @@ def _members(members: dict[str, Any], seen: set[tuple[type, str]]) -> list[str]:
         seen.add((m.owner, m.name))
         doc = _doc(m.owner, m.name)
         role = f" (a *{m.returns}*)" if m.returns else ""
+        role += " (optional: not every object of the role has it)" if m.optional else ""
         lines.append(f"  - {_signature(m.owner, m.name)}{role}" + (f": {doc}" if doc else ""))
     return lines
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from conformance.protocol import capability, role
+from conformance.protocol import capability, optional, role
 from reference_impl.batch.types import UBatch
 
 
@@ -52,8 +52,9 @@ class Memory(Protocol):
     def init_update(self, optimize: bool) -> MemoryContext: ...
     def init_full(self) -> MemoryContext: ...
 
+    @optional
     def state(self) -> Any:
-        """A snapshot comparable with ``==`` (``kv`` and ``recurrent`` memories)."""
+        """A snapshot comparable with ``==`` (``kv`` and ``recurrent`` memories only)."""
         ...
 
 

@@ -275,8 +275,11 @@ def _parity_filters(target: Any, peer: Any) -> st.SearchStrategy[list[Any]]:
                 st.floats(0.5, 2.0),
             )
         )
-    typical = SINGLE["typical"][1] if _available(target, peer, "typical") else st.nothing()
-    typical_first = st.lists(typical, max_size=1)
+    typical_first = (
+        st.lists(SINGLE["typical"][1], max_size=1)
+        if _available(target, peer, "typical")
+        else st.just([])
+    )
     rest = st.lists(st.one_of(*options), max_size=4) if options else st.just([])
     # typical goes first: after strong temperatures a p can underflow to 0 (undefined, spec)
     return st.builds(lambda t, r: t + r, typical_first, rest)

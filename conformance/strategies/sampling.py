@@ -98,10 +98,11 @@ def filter_entries(names: Sequence[str] = FILTERS) -> st.SearchStrategy[list[Any
 
 def chains(names: Sequence[str] = FILTERS, max_filters: int = 4) -> st.SearchStrategy[list[Any]]:
     """A chain of up to ``max_filters`` filters (of ``names``) ending with a seeded dist."""
-    min_size = 1 if any(n in FILTERS for n in names) else 0
+    if not any(n in FILTERS for n in names):  # a target without filters: just dist
+        return st.builds(lambda seed: [["dist", {"seed": seed}]], seeds())
     return st.builds(
         lambda fs, seed: [*fs, ["dist", {"seed": seed}]],
-        st.lists(filter_entries(names), min_size=min_size, max_size=max_filters),
+        st.lists(filter_entries(names), min_size=1, max_size=max_filters),
         seeds(),
     )
 

@@ -152,7 +152,7 @@ def _returned_class_problem(obj: Any, caps: set[str]) -> str | None:
             if cls is None:
                 continue
             for name, (m, owner) in sorted(need.get(member.returns, {}).items()):
-                if m.kind == "method" and not callable(getattr(cls, name, None)):
+                if m.kind == "method" and not m.optional and not callable(getattr(cls, name, None)):
                     return (
                         f"{member.name}() returns {cls.__name__}, which lacks method {name!r} "
                         f"(capability {owner!r})"
