@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from conformance.kernels import _oracle
@@ -235,3 +236,9 @@ def decode_path(
     )
     assert record.path == path, f"asked for {path}, ran {record.path} ({record.reason})"
     return out
+
+
+def require_path(target: Any, path: str, offered: tuple[str, ...] | list[str]) -> None:
+    """Skip, with the one wording for this cause, when the target offers no ``path`` kernel."""
+    if path not in offered:
+        pytest.skip(f"target '{target.name}' offers no '{path}' kernel path")

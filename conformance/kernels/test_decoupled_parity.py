@@ -36,8 +36,8 @@ PARTITIONS = (32, 64)
 
 
 def _check(target: Any, case: _cases.DecoupledCase, path: str, partition_size: int) -> None:
-    if path != "streaming" and path not in target.decoupled_decode_paths():
-        pytest.skip(f"target offers no {path} kernel")
+    if path != "streaming":
+        _cases.require_path(target, path, target.decoupled_decode_paths())
     inp = _cases.build_decoupled(case, target)
     out = _cases.decode_path(target, inp, path, partition_size)
     what = f"{path} ps={partition_size} {case.id()}"

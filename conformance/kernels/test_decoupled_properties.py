@@ -62,8 +62,7 @@ def _with_null(inp: _cases.DecoupledInputs, null: NullKV | None) -> np.ndarray:
 )
 @pytest.mark.parametrize("length,resid", [(0, 0), (0, 16), (12, 16), (200, 0), (230, 30)])
 def test_a_heavy_null_token_counts_once(target: Any, path: str, length: int, resid: int) -> None:
-    if path not in fused_paths(target):
-        pytest.skip(f"no {path}")
+    _cases.require_path(target, path, fused_paths(target))
     inp = _cases.build_decoupled(_cases.DecoupledCase(length=length, resid=resid, seed=11), target)
     null = _dominant_null(inp, logit=4.0)  # weight e^4 against O(1) logits: doubling it shows
     out = decode_path(target, inp, path, 32, null=null)  # 200 tokens: 7 launches / partitions

@@ -130,8 +130,7 @@ def test_no_cells_gives_zeros(target: Any) -> None:
 @pytest.mark.invariant("KRN-004")
 @pytest.mark.parametrize("n_kv", [31, 64, 97])
 def test_two_pass_does_not_depend_on_the_partition_size(target: Any, n_kv: int) -> None:
-    if "triton-2pass" not in target.gqa_decode_paths():
-        pytest.skip("target has no 2-pass GQA kernel")
+    _cases.require_path(target, "triton-2pass", target.gqa_decode_paths())
     inp = _cases.build_gqa(
         _cases.GqaCase(n_tokens=2, n_head=4, n_head_kv=2, n_kv=n_kv, kv_size=128)
     )

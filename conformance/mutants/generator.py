@@ -37,13 +37,25 @@ def _generator_skips_memory_clear(target: Any) -> Any:
 
     original = Generator.generate
 
+    class NoClear:
+        """The generator's context with seq_rm doing nothing (the context is left alone)."""
+
+        def __init__(self, ctx: Any) -> None:
+            self._ctx = ctx
+
+        def seq_rm(self, *args: Any) -> bool:
+            return True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._ctx, name)
+
     def generate(self: Generator, req: Any) -> Any:
-        inner = self.ctx.seq_rm
-        self.ctx.seq_rm = lambda *a: True
+        ctx = self.ctx
+        self.ctx = NoClear(ctx)
         try:
             return original(self, req)
         finally:
-            self.ctx.seq_rm = inner
+            self.ctx = ctx
 
     Generator.generate = generate  # type: ignore[method-assign]
     return target
