@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spec import implements
+
 
 class EngineError(Exception):
     """Base class: a typed, structured failure of the reference engine."""
@@ -53,6 +55,7 @@ class EngineError(Exception):
         }
 
 
+@implements("SAN-026")
 class BatchError(EngineError):
     """An invalid batch (sanitizer) or a split that cannot be produced (splitter)."""
 

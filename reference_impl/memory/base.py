@@ -24,8 +24,10 @@ from reference_impl.batch import split
 from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.memory.status import MemoryStatus
+from spec import implements
 
 
+@implements("SPL-023")
 def plan_batch(
     kind: str,
     splitter: Splitter,
