@@ -530,7 +530,7 @@ class SplitPlan:
     fallback: SplitPlan | None = None  # iswa: equal split when the simple split is not usable
 
 
-@implements("SPL-017", "SPL-019")
+@implements("MEM-007", "SPL-017", "SPL-019")
 def split_plan(memory_kind: str, *, unified: bool, embd_all: bool, n_rs_seq: int = 0) -> SplitPlan:
     """llama.cpp's init_batch choice per memory kind.
 

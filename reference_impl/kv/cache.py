@@ -481,7 +481,7 @@ class KVCache:
         for c, flag in zip(self.cells, undo.has_shift):
             c.has_shift = flag
 
-    @implements("KV-008", "KV-012")
+    @implements("KV-008", "KV-012", "MEM-008")
     def prepare(self, ubatches: Sequence[UBatch]) -> list[SlotInfo] | None:
         """A slot per ubatch, each placed as if the earlier ones were applied; None when one
         does not fit. The cache is left exactly as it was (KV-008)."""

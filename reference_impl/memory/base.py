@@ -27,7 +27,7 @@ from reference_impl.memory.status import MemoryStatus
 from spec import implements
 
 
-@implements("SPL-023")
+@implements("MEM-007", "MEM-008", "SPL-023")
 def plan_batch(
     kind: str,
     splitter: Splitter,
@@ -55,6 +55,7 @@ def plan_batch(
     return FailedContext(MemoryStatus.FAILED_PREPARE)
 
 
+@implements("MEM-009")
 class MemoryContext:
     """A memory's answer to one request. ``status`` says whether ``apply`` may be used.
 
