@@ -22,6 +22,7 @@ import torch
 from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
 from reference_impl.errors import KernelError
+from spec import implements
 
 OP = "gqa_decode"
 PATHS = ("auto", "1pass", "2pass", "torch")
@@ -154,6 +155,7 @@ def _two_pass(
     return out, n_parts
 
 
+@implements("DEC-058")
 def gqa_decode(
     q: torch.Tensor,
     k: torch.Tensor,

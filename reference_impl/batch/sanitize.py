@@ -126,7 +126,7 @@ def check_params(n_vocab: int, n_seq_max: int, n_pos_per_embd: int) -> None:
         )
 
 
-@implements("SAN-004")
+@implements("DEC-017", "SAN-004")
 def check_token_range(token: np.ndarray, n_vocab: int) -> None:
     bad = (token < 0) | (token >= n_vocab)
     if bad.any():
@@ -234,13 +234,13 @@ def auto_positions(
     return pos
 
 
-@implements("SAN-010")
+@implements("DEC-039", "DEC-040", "SAN-010")
 def next_position(memory: MemoryView | None, seq_id: int) -> int:
     """Where a sequence continues: ``seq_pos_max + 1`` (0 when empty or without memory)."""
     return (memory.seq_pos_max(seq_id) if memory is not None else -1) + 1
 
 
-@implements("SAN-013", "SAN-014")
+@implements("DEC-021", "SAN-013", "SAN-014")
 def resolve_outputs(logits: np.ndarray | None, n: int, output_all: bool) -> tuple[np.ndarray, bool]:
     """Output flags: absent -> last token only (all when output_all); output_all overrides."""
     if logits is None:

@@ -121,7 +121,7 @@ def make_ubatch(
     )
 
 
-@implements("SPL-016", "SPL-019")
+@implements("DEC-047", "SPL-016", "SPL-019")
 def ubatch_reserve(n_seq_tokens: int, n_seqs: int, *, n_pos_per_embd: int = 1) -> UBatch:
     """The worst-case ubatch used to reserve graphs: ``n_seqs`` sets of ``n_seq_tokens`` tokens.
 

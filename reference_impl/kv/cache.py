@@ -385,7 +385,7 @@ class KVCache:
         for c in self.cells:
             c.journal = None
 
-    @implements("KV-009")
+    @implements("DEC-022", "KV-009")
     def apply_ubatch(self, sinfo: SlotInfo, ubatch: UBatch) -> CellJournal:
         """Write ``ubatch`` at ``sinfo`` (KV-009); returns the undo record for :meth:`restore`."""
         self._check_slot(sinfo, ubatch)
@@ -481,7 +481,7 @@ class KVCache:
         for c, flag in zip(self.cells, undo.has_shift):
             c.has_shift = flag
 
-    @implements("KV-008", "KV-012", "MEM-008")
+    @implements("DEC-023", "KV-008", "KV-012", "MEM-008")
     def prepare(self, ubatches: Sequence[UBatch]) -> list[SlotInfo] | None:
         """A slot per ubatch, each placed as if the earlier ones were applied; None when one
         does not fit. The cache is left exactly as it was (KV-008)."""
@@ -521,7 +521,7 @@ class KVCache:
         ]
         self._lower_head(stream, emptied)
 
-    @implements("KV-013", "KV-014")
+    @implements("DEC-040", "KV-013", "KV-014")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         """Remove ``seq_id`` (or, for -1, every sequence) from the cells with pos in [p0, p1)."""
         self._check_seq(seq_id, allow_all=True)
@@ -632,7 +632,7 @@ class KVCache:
         self._check_seq(seq_id)
         return self.cells[self.seq_to_stream[seq_id]].seq_pos_max(seq_id)
 
-    @implements("KV-021")
+    @implements("DEC-039", "KV-021")
     def clear(self, data: bool = True) -> None:
         """Empty every cell and reset every head; zero the K/V tensors when ``data``."""
         for c in self.cells:
@@ -650,7 +650,7 @@ class KVCache:
         out = np.stack([np.where(c.pos == POS_NONE, 0, c.shift) for c in self.cells])
         return torch.from_numpy(out.astype(np.int32))
 
-    @implements("KV-026")
+    @implements("DEC-037", "DEC-053", "KV-026")
     def update(self, k_shift_fn: KShiftFn | None = None) -> UpdateResult:
         """Apply pending stream copies, then hand pending K-shifts to ``k_shift_fn`` once
         and clear them (KV-029)."""
@@ -681,7 +681,7 @@ class KVCache:
                 "KV_LAYER_RANGE", f"layer {layer} is not in [0, {len(self.k)})", field="layer"
             )
 
-    @implements("KV-027")
+    @implements("DEC-064", "KV-027")
     def write_kv(self, layer: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the ubatch rows ``k``/``v`` (``[n_tokens, n_head_kv, head_dim]``) at the slot."""
         self._check_layer(layer)

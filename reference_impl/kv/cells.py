@@ -299,7 +299,7 @@ class KVCells:
         self._index_add(i, p_new, m)
         return False
 
-    @implements("KV-019", "KV-025")
+    @implements("DEC-054", "KV-019", "KV-025")
     def pos_div(self, i: int, d: int) -> None:
         """``pos //= d``; the pending shift accumulates ``new - old`` (see spec KV decision D1)."""
         self._touch(i)
@@ -354,7 +354,7 @@ class KVCells:
         self._used_max_p1 = 0
 
 
-@implements("KV-025")
+@implements("DEC-054", "KV-025")
 def shift_delta_div(p_old: int, p_new: int) -> int:
     """The K-shift that ``pos_div`` accumulates: the rotation still owed to the key, ``new - old``.
 

@@ -62,7 +62,7 @@ def status_combine(s0: MemoryStatus, s1: MemoryStatus) -> MemoryStatus:
     return MemoryStatus.NO_UPDATE
 
 
-@implements("MEM-003")
+@implements("DEC-023", "DEC-025", "MEM-003")
 def init_batch_decode_code(status: MemoryStatus) -> int:
     """Decode's return code for the final ``init_batch`` status (after any retry)."""
     if status == MemoryStatus.SUCCESS:
@@ -72,7 +72,7 @@ def init_batch_decode_code(status: MemoryStatus) -> int:
     return DECODE_FATAL  # NO_UPDATE is unexpected here, FAILED_COMPUTE is fatal
 
 
-@implements("MEM-003")
+@implements("DEC-027", "MEM-003")
 def ubatch_failure_decode_code(status: ComputeStatus) -> int:
     """Decode's return code when computing a ubatch fails (after the memory rollback)."""
     if status == ComputeStatus.ABORTED:

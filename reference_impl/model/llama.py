@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from reference_impl.errors import BatchError
 from reference_impl.model.gguf_loader import HParams, ModelWeights
+from spec import implements
 
 # attention(q [n_tokens, n_head, hd], k [n_kv, n_head_kv, hd], v [n_kv, n_head_kv, hd],
 #           mask [n_tokens, n_kv] additive (0 / -inf), scale) -> [n_tokens, n_head · hd]
@@ -296,6 +297,7 @@ class LlamaForward:
         hidden = self._run(x, np.arange(n, dtype=np.int64), attend, rows)
         return self.logits_from_hidden(hidden)
 
+    @implements("DEC-055", "DEC-056")
     @torch.inference_mode()
     def forward_ubatch(
         self,
@@ -361,6 +363,7 @@ class LlamaForward:
         hidden = self._run(x, pos, attend, rows)
         return hidden if return_hidden else self.logits_from_hidden(hidden)
 
+    @implements("DEC-037", "DEC-053", "DEC-054")
     @torch.inference_mode()
     def rope_shift(
         self, k: torch.Tensor, delta_positions: torch.Tensor | Sequence[int] | np.ndarray
