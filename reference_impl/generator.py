@@ -25,6 +25,7 @@ import numpy as np
 
 from reference_impl.batch.types import Batch
 from reference_impl.errors import GeneratorError
+from spec import implements
 
 SEED_MOD = 2**32
 
@@ -167,6 +168,7 @@ class Generator:
 
     # ------------------------------------------------------------------ the loop
 
+    @implements("PHASE-005")
     def _step(self, phase: str, step: int, **kw: Any) -> TraceStep:
         s = TraceStep(seq_no=self._seq_no, phase=phase, step=step, **kw)
         self._seq_no += 1
@@ -175,6 +177,9 @@ class Generator:
     def _kv(self, seqs: Sequence[int]) -> dict[int, tuple[int, int]]:
         return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in seqs}
 
+    @implements(
+        "PHASE-001", "PHASE-002", "PHASE-003", "PHASE-005", "PHASE-006", "PHASE-013", "PHASE-021"
+    )
     def generate(self, req: GenerationRequest) -> GenerationResult:
         trace: list[TraceStep] = []
         self._seq_no = 0
@@ -289,6 +294,7 @@ class Generator:
             for i in range(n)
         ]
 
+    @implements("PHASE-007", "PHASE-016")
     def _select(
         self,
         seqs: Sequence[int],
@@ -313,6 +319,7 @@ class Generator:
                 st.logits[s] = [float(x) for x in logits]
         return out
 
+    @implements("PHASE-018", "PHASE-019")
     def _advance(
         self,
         active: list[int],

@@ -385,7 +385,7 @@ class KVCache:
         for c in self.cells:
             c.journal = None
 
-    @implements("DEC-022", "KV-009")
+    @implements("DEC-022", "KV-009", "PHASE-011", "PHASE-014", "PHASE-020")
     def apply_ubatch(self, sinfo: SlotInfo, ubatch: UBatch) -> CellJournal:
         """Write ``ubatch`` at ``sinfo`` (KV-009); returns the undo record for :meth:`restore`."""
         self._check_slot(sinfo, ubatch)
@@ -538,7 +538,7 @@ class KVCache:
             self._lower_head(st, emptied)
         return True
 
-    @implements("KV-015", "KV-016", "KV-025")
+    @implements("KV-015", "KV-016", "KV-025", "PHASE-010")
     def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
         """Let ``seq_id_dst`` see the cells of ``seq_id_src`` in [p0, p1) (KV-015/KV-016)."""
         self._check_seq(seq_id_src, fld="seq_id_src")
@@ -681,7 +681,7 @@ class KVCache:
                 "KV_LAYER_RANGE", f"layer {layer} is not in [0, {len(self.k)})", field="layer"
             )
 
-    @implements("DEC-064", "KV-027")
+    @implements("DEC-064", "KV-027", "PHASE-011", "PHASE-012", "PHASE-014")
     def write_kv(self, layer: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the ubatch rows ``k``/``v`` (``[n_tokens, n_head_kv, head_dim]``) at the slot."""
         self._check_layer(layer)

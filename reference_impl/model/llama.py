@@ -236,6 +236,7 @@ class LlamaForward:
 
     # -- the graph ----------------------------------------------------------------------------
 
+    @implements("PHASE-004")
     def _run(
         self,
         x: torch.Tensor,
@@ -297,7 +298,7 @@ class LlamaForward:
         hidden = self._run(x, np.arange(n, dtype=np.int64), attend, rows)
         return self.logits_from_hidden(hidden)
 
-    @implements("DEC-055", "DEC-056")
+    @implements("DEC-055", "DEC-056", "PHASE-004", "PHASE-012", "PHASE-015", "PHASE-017")
     @torch.inference_mode()
     def forward_ubatch(
         self,
