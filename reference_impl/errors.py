@@ -88,6 +88,7 @@ class GeneratorError(EngineError):
     trace: list[Any] | None = None
     decode_code: int | None = None
 
+    @implements("GEN-010")
     def with_trace(self, trace: Sequence[Any], code: int) -> GeneratorError:
         self.trace = list(trace)
         self.decode_code = code
