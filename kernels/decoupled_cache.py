@@ -22,6 +22,7 @@ import torch
 from kernels import quant
 from kernels.policy import KVCachePolicy, TensorFormat, parse_policy
 from reference_impl.errors import KernelError
+from spec import implements
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class CacheTensor:
         )
         return quant.dequantize(qt)
 
+    @implements("KRN-016")
     def tail(self, tail_len: int) -> torch.Tensor:
         """The exact tail tokens, fp32 ``[B, tail_len, dim]`` (ring slots ``0 .. tail_len-1``)."""
         if tail_len == 0:
@@ -215,6 +217,7 @@ class NullKV:
     k_geo: torch.Tensor
     v: torch.Tensor
 
+    @implements("KRN-015")
     def expanded(self, batch: int) -> NullKV:
         """The three tensors as ``[B, H, hd]`` views (a broadcast view when given ``[H, hd]``)."""
 
