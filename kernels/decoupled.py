@@ -135,7 +135,7 @@ def _tail(cache: DecoupledKVCache, ct: CacheTensor) -> torch.Tensor:
     return ct.tail(cache.tail_len)
 
 
-@implements("KRN-012")
+@implements("DBA-001", "DBA-002", "KRN-012")
 def streaming_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,
@@ -363,7 +363,7 @@ def two_pass(
 # ---------------------------------------------------------------------------------------------
 
 
-@implements("KRN-018", "KRN-019", "KRN-020")
+@implements("DBA-001", "KRN-018", "KRN-019", "KRN-020")
 def decoupled_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,
