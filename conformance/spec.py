@@ -8,11 +8,20 @@ Each spec file is one area (its file stem). Invariants are rows of a Markdown ta
 
 Status is ``active`` or ``planned:<area>`` (the issue area that will deliver it).
 Anything else in the file (prose, decision records, other tables) is ignored by the parser.
+
+The second half of the module checks the links from the spec to the code: every active
+invariant names, with ``@spec.implements("ID")``, the function, method or class of
+``reference_impl/`` or ``kernels/`` that implements it (:func:`load_implementations`,
+:func:`implementation_problems`, :func:`resolve_link`).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +126,160 @@ def load_spec(spec_dir: Path | None = None) -> dict[str, Invariant]:
 
 def areas(registry: dict[str, Invariant]) -> list[str]:
     return sorted({inv.area for inv in registry.values()})
+
+
+# --------------------------------------------------------------------------------------------
+# Links from the spec to the implementation (``@spec.implements``)
+# --------------------------------------------------------------------------------------------
+
+# The packages whose modules carry @implements markers; every module of them is imported.
+IMPLEMENTATION_PACKAGES: tuple[str, ...] = ("reference_impl", "kernels")
+
+# Active invariants implemented in reference_impl/decoder/context.py or
+# reference_impl/decoder/ubatch_executor.py, whose @implements markers arrive with the
+# refactoring of those two files. Remove the table when they land: an entry that gains a link
+# is reported as stale.
+PENDING_FLOW_LINKS: frozenset[str] = frozenset(
+    {
+        "DEC-010",  # Context.n_ctx() ... pooling_type()
+        "DEC-011",  # Context._decode: the order of the flow's steps
+        "DEC-012",  # Context._decode: per-ubatch output counts
+        "DEC-013",  # Context.decode: return codes, TypeError
+        "DEC-014",  # Context._fail / decode: last_error
+        "DEC-015",  # Context._decode: empty batch
+        "DEC-016",  # Context._decode: sanitizer rejection before any state change
+        "DEC-018",  # Context._decode: DEC_BATCH_TOO_LARGE
+        "DEC-019",  # Context._decode: DEC_UBATCH_TOO_SMALL
+        "DEC-020",  # Context._decode: DEC_EMBD_WIDTH
+        "DEC-026",  # Context._decode: DEC_OUTPUT_RESERVE
+        "DEC-029",  # execute_ubatch: the abort callback, then the rollback
+        "DEC-030",  # execute_ubatch: the abort callback from the k-th ubatch on
+        "DEC-031",  # Context._run_ubatches / execute_ubatch: apply, compute, extract, in order
+        "DEC-032",  # Context._run_ubatches: DEC_OUTPUT_COUNT per ubatch
+        "DEC-033",  # Context._run_ubatches: DEC_OUTPUT_COUNT at finalization
+        "DEC-038",  # Context.memory_clear / seq_* / seq_pos_*
+        "DEC-041",  # Context: memory operations leave the outputs alone
+        "DEC-042",  # execute_ubatch: the executor's steps and the alloc trace event
+        "DEC-046",  # Context._reserve_worst_case: reservation order at creation
+        "DEC-049",  # Context._encode / encode_ubatch
+        "DEC-050",  # Context._encode: DEC_UBATCH_TOO_SMALL
+        "DEC-052",  # Context.n_outputs / output_ids
+        "DEC-059",  # Context.__init__: DEC_N_OUTPUTS_MAX
+        "DEC-062",  # Context._native_decode_path / execute_ubatch: native or torch per ubatch
+        "OUT-004",  # Context._decode: DEC_TOO_MANY_OUTPUTS
+        "OUT-005",  # Context._run_ubatches / execute_ubatch: rows [R_k, R_k + n_out_k)
+        "OUT-011",  # Context.decode: pending swaps applied first
+        "OUT-020",  # Context.get_embeddings_ith / _require_token_embeddings
+        "OUT-021",  # Context: -1 and 1 keep the previous outputs
+        "OUT-024",  # execute_ubatch / Context.get_embeddings_seq: pooling NONE
+        "OUT-029",  # Context._run_ubatches: the last ubatch's pooled embedding wins
+        "OUT-030",  # Context._decode / get_embeddings_seq: per-sequence embeddings
+        "OUT-031",  # Context.seq_output_rows
+        "OUT-032",  # Context._sample_rows
+        "OUT-033",  # Context._seq_output_limit_error
+    }
+)
+
+# Active invariants with no code in the reference to link to (a rule about llama.cpp alone or
+# about the suite itself), each with the reason. Empty: every active invariant is implemented.
+NOT_IMPLEMENTED_IN_REFERENCE: dict[str, str] = {}
+
+
+def load_implementations(
+    packages: Sequence[str] = IMPLEMENTATION_PACKAGES,
+) -> dict[str, list[str]]:
+    """Import every module of ``packages`` and return the links their ``@implements`` markers
+    recorded: ``{invariant ID: ["module:qualname", ...]}`` (a copy of ``spec.IMPLEMENTATIONS``,
+    IDs sorted).
+
+    No module is skipped: one that fails to import raises ImportError naming it (a skipped
+    module would silently drop its links). The Triton kernel modules import without a GPU
+    (Triton is a dependency and runs through its interpreter on CPU), so none is exempt.
+    """
+    import spec
+
+    def fail(name: str, exc: BaseException | None) -> ImportError:
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "import failed"
+        return ImportError(f"cannot import {name} to collect its @implements links: {why}")
+
+    def on_error(name: str) -> None:  # a subpackage whose import failed during the walk
+        exc = sys.exc_info()[1]
+        raise fail(name, exc) from exc
+
+    for pkg_name in packages:
+        try:
+            pkg = importlib.import_module(pkg_name)
+        except Exception as exc:
+            raise fail(pkg_name, exc) from exc
+        for info in pkgutil.walk_packages(pkg.__path__, pkg_name + ".", onerror=on_error):
+            try:
+                importlib.import_module(info.name)
+            except Exception as exc:
+                raise fail(info.name, exc) from exc
+    return {inv_id: list(spec.IMPLEMENTATIONS[inv_id]) for inv_id in sorted(spec.IMPLEMENTATIONS)}
+
+
+def implementation_problems(
+    registry: dict[str, Invariant],
+    implementations: dict[str, list[str]] | None = None,
+) -> list[str]:
+    """Every inconsistency between the invariant ``registry`` and the ``@implements`` links
+    (default: :func:`load_implementations`), one line each, sorted by ID:
+
+    * a link naming an unknown ID, or a planned invariant;
+    * an active invariant without any link, unless PENDING_FLOW_LINKS or
+      NOT_IMPLEMENTED_IN_REFERENCE lists it;
+    * an entry of those tables that is not an active invariant, that is in both tables, or that
+      has a link after all (the entry is stale: remove it).
+    """
+    links = load_implementations() if implementations is None else implementations
+    pending = set(PENDING_FLOW_LINKS)
+    absent = set(NOT_IMPLEMENTED_IN_REFERENCE)
+    problems: list[tuple[str, str]] = []
+
+    def add(inv_id: str, message: str) -> None:
+        problems.append((inv_id, message))
+
+    for inv_id, places in links.items():
+        inv = registry.get(inv_id)
+        if inv is None:
+            add(inv_id, f"@implements names unknown invariant {inv_id} ({', '.join(places)})")
+        elif not inv.active:
+            add(
+                inv_id,
+                f"@implements names {inv_id}, which is planned:{inv.planned_for} "
+                f"({inv.location}), not active ({', '.join(places)})",
+            )
+    for table, ids in (("PENDING_FLOW_LINKS", pending), ("NOT_IMPLEMENTED_IN_REFERENCE", absent)):
+        for inv_id in ids:
+            inv = registry.get(inv_id)
+            if inv is None or not inv.active:
+                what = "an unknown ID" if inv is None else f"planned ({inv.location})"
+                add(inv_id, f"{table} lists {inv_id}, which is {what}")
+            elif links.get(inv_id):
+                add(
+                    inv_id,
+                    f"{table} lists {inv_id}, which is linked ({', '.join(links[inv_id])}): "
+                    "remove it from the table",
+                )
+    for inv_id in pending & absent:
+        add(inv_id, f"{inv_id} is in both PENDING_FLOW_LINKS and NOT_IMPLEMENTED_IN_REFERENCE")
+    where = " or ".join(f"{p}/" for p in IMPLEMENTATION_PACKAGES)
+    for inv in registry.values():
+        if inv.active and not links.get(inv.id) and inv.id not in pending | absent:
+            add(inv.id, f"active invariant {inv.id} ({inv.location}) has no @implements in {where}")
+    return [message for _, message in sorted(problems)]
+
+
+def resolve_link(where: str) -> object:
+    """The object a link ``"module:qualname"`` names (imports the module); raises LookupError
+    when the module has no such attribute path."""
+    module_name, sep, qualname = where.partition(":")
+    if not sep or not qualname:
+        raise LookupError(f"{where!r} is not 'module:qualname'")
+    obj: object = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        if part == "<locals>" or not hasattr(obj, part):
+            raise LookupError(f"{where}: {part!r} not found")
+        obj = getattr(obj, part)
+    return obj

@@ -22,11 +22,13 @@ import torch
 from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
 from reference_impl.errors import KernelError
+from spec import implements
 
 OP = "gqa_decode"
 PATHS = ("auto", "1pass", "2pass", "torch")
 
 
+@implements("KRN-006")
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 3:
@@ -57,6 +59,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         raise KernelError("KRN_BAD_DTYPE", "mask must be a float tensor", field="mask")
 
 
+@implements("KRN-001", "KRN-002", "KRN-003")
 def gqa_decode_torch(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
@@ -102,6 +105,7 @@ def ineligibility(
     return ""
 
 
+@implements("KRN-001", "KRN-002", "KRN-003")
 def _one_pass(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, bn: int
 ) -> torch.Tensor:
@@ -120,6 +124,7 @@ def _one_pass(
     return out
 
 
+@implements("KRN-001", "KRN-002", "KRN-003", "KRN-004")
 def _two_pass(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -154,6 +159,7 @@ def _two_pass(
     return out, n_parts
 
 
+@implements("DEC-058", "KRN-001", "KRN-005", "KRN-006", "KRN-020")
 def gqa_decode(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -24,6 +24,7 @@ from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
 from kernels.decoupled_cache import CacheTensor, DecoupledKVCache, NullKV
 from reference_impl.errors import KernelError
+from spec import implements
 
 OP = "decoupled_decode"
 STREAM_BLOCK = 64  # tokens per streaming step of the reference
@@ -67,6 +68,7 @@ def _check_inputs(
             )
 
 
+@implements("KRN-021")
 def ineligibility(
     q_sem: torch.Tensor,
     cache: DecoupledKVCache,
@@ -133,6 +135,7 @@ def _tail(cache: DecoupledKVCache, ct: CacheTensor) -> torch.Tensor:
     return ct.tail(cache.tail_len)
 
 
+@implements("DBA-001", "DBA-002", "KRN-012")
 def streaming_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,
@@ -187,6 +190,7 @@ def streaming_decode(
 # ---------------------------------------------------------------------------------------------
 
 
+@implements("KRN-015")
 def _null_args(
     null: NullKV | None, q_sem: torch.Tensor, batch: int
 ) -> tuple[list[torch.Tensor], list[int]]:
@@ -216,6 +220,7 @@ def _cache_args(cache: DecoupledKVCache) -> tuple[list[torch.Tensor], list[int]]
     return tensors, strides
 
 
+@implements("KRN-016")
 def _finalize(
     qs: torch.Tensor,
     qg: torch.Tensor,
@@ -254,6 +259,7 @@ def _state(rows: int, dv: int, device: torch.device) -> tuple[torch.Tensor, ...]
     )
 
 
+@implements("KRN-010", "KRN-013", "KRN-017")
 def one_pass(
     qs: torch.Tensor,
     qg: torch.Tensor,
@@ -288,6 +294,7 @@ def one_pass(
     return out, {"launches": len(starts) + 1, "chunk": chunk, "partitions": 0}
 
 
+@implements("KRN-011", "KRN-014")
 def reduce_partitions(
     qs: torch.Tensor,
     qg: torch.Tensor,
@@ -314,6 +321,7 @@ def reduce_partitions(
     return m, d, o
 
 
+@implements("KRN-011", "KRN-014", "KRN-017")
 def two_pass(
     qs: torch.Tensor,
     qg: torch.Tensor,
@@ -355,6 +363,7 @@ def two_pass(
 # ---------------------------------------------------------------------------------------------
 
 
+@implements("DBA-001", "KRN-018", "KRN-019", "KRN-020")
 def decoupled_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,

@@ -22,6 +22,7 @@ import torch
 from kernels import quant
 from kernels.policy import KVCachePolicy, TensorFormat, parse_policy
 from reference_impl.errors import KernelError
+from spec import implements
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class DecoupledDims:
         return self.n_head * self.v_head_dim
 
 
+@implements("DBA-003")
 class CacheTensor:
     """One of the three cache tensors for a batch of ``B`` sequences of up to ``max_len``."""
 
@@ -87,6 +89,7 @@ class CacheTensor:
             return None
         return quant.quantize(x, self.fmt.kind, self.fmt.qblock)
 
+    @implements("DBA-004")
     def write(self, pos: int, x: torch.Tensor, qt: quant.QuantizedTensor | None) -> None:
         """Store tokens ``[pos, pos + T)`` from ``x [B, T, dim]`` (``qt`` from :meth:`prepare`)."""
         n = x.shape[1]
@@ -117,6 +120,7 @@ class CacheTensor:
         )
         return quant.dequantize(qt)
 
+    @implements("DBA-004", "KRN-016")
     def tail(self, tail_len: int) -> torch.Tensor:
         """The exact tail tokens, fp32 ``[B, tail_len, dim]`` (ring slots ``0 .. tail_len-1``)."""
         if tail_len == 0:
@@ -131,6 +135,7 @@ class CacheTensor:
         return t.device
 
 
+@implements("DBA-003", "DBA-004")
 class DecoupledKVCache:
     """The decoupled cache of one layer for ``batch`` sequences that share one length."""
 
@@ -159,6 +164,7 @@ class DecoupledKVCache:
         self.v = CacheTensor(self.policy.v, dims.v_dim, batch, max_len, r, device)
 
     @property
+    @implements("DBA-004")
     def prefix_len(self) -> int:
         """Tokens read from the main (quantized) buffers; the rest come from the exact tail."""
         return max(0, self.length - self.residual_len)
@@ -167,6 +173,7 @@ class DecoupledKVCache:
     def tail_len(self) -> int:
         return self.length - self.prefix_len
 
+    @implements("DBA-003", "DBA-004")
     def append(self, k_sem: torch.Tensor, k_geo: torch.Tensor, v: torch.Tensor) -> None:
         """Append ``T`` tokens: ``k_sem [B, T, sem_dim]``, ``k_geo [B, T, geo_dim]``, ``v``."""
         d = self.dims
@@ -193,6 +200,7 @@ class DecoupledKVCache:
             t.write(self.length, x, qt)
         self.length += n
 
+    @implements("QNT-019")
     def bytes_per_token(self) -> int:
         """Bytes one token occupies in the main buffers (the residual ring is extra)."""
         d = self.dims
@@ -204,6 +212,7 @@ class DecoupledKVCache:
         )
 
 
+@implements("DBA-002")
 @dataclass(frozen=True, eq=False)
 class NullKV:
     """The learned null ("attend nowhere") token: per-head vectors, ``[H, hd]`` or ``[B, H, hd]``.
@@ -215,6 +224,7 @@ class NullKV:
     k_geo: torch.Tensor
     v: torch.Tensor
 
+    @implements("KRN-015")
     def expanded(self, batch: int) -> NullKV:
         """The three tensors as ``[B, H, hd]`` views (a broadcast view when given ``[H, hd]``)."""
 

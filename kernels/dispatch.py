@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_impl.errors import KernelError
+from spec import implements
 
 TRITON_1PASS = "triton-1pass"
 TRITON_2PASS = "triton-2pass"
@@ -36,6 +37,7 @@ FUSED_PATHS = (TRITON_1PASS, TRITON_2PASS)
 REQUESTS = ("auto", "1pass", "2pass", "torch", "streaming")
 
 
+@implements("KRN-006")
 def check_tiling(block_n: int, partition_size: int) -> None:
     if block_n < 1 or block_n & (block_n - 1) or block_n > 1024:
         raise KernelError(
@@ -68,6 +70,7 @@ class DispatchConfig:
 DEFAULT_CONFIG = DispatchConfig()
 
 
+@implements("KRN-020")
 @dataclass(frozen=True)
 class DispatchRecord:
     """Which path one kernel call took. ``path`` is one of triton-1pass, triton-2pass, torch,
@@ -102,6 +105,7 @@ def recording() -> Iterator[list[DispatchRecord]]:
         _RECORDERS.reset(token)
 
 
+@implements("KRN-020")
 def emit(record: DispatchRecord, trace: list[DispatchRecord] | None) -> None:
     if trace is not None:
         trace.append(record)
@@ -116,6 +120,7 @@ def check_request(path: str) -> None:
         )
 
 
+@implements("KRN-021", "KRN-022", "KRN-023")
 def choose(
     requested: str,
     ineligible: str,

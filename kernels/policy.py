@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kernels.quant import ALL_KINDS, FOUR_BIT_KINDS
 from reference_impl.errors import KernelError
+from spec import implements
 
 _KEYS = {
     "ksem": "ksem",
@@ -46,6 +47,7 @@ class TensorFormat:
     def quantized(self) -> bool:
         return self.kind not in ("fp16", "fp32")
 
+    @implements("QNT-013")
     def short(self) -> str:
         return f"{self.kind}@{self.qblock}"
 
@@ -59,6 +61,7 @@ class KVCachePolicy:
     v: TensorFormat
     residual_len: int
 
+    @implements("QNT-013")
     def short(self) -> str:
         """The canonical string; ``parse_policy(p.short()) == p``."""
         return (
@@ -66,6 +69,7 @@ class KVCachePolicy:
             f"v={self.v.short()},resid={self.residual_len}"
         )
 
+    @implements("QNT-012")
     def is_fused_layout(self) -> bool:
         """True for the layout the fused decoupled kernels read: q4_0@32 / q8_0@32 / q4_0@32."""
         return (
@@ -83,6 +87,7 @@ def _err(code: str, message: str, key: str | None = None) -> KernelError:
     return KernelError(code, message, field=key)
 
 
+@implements("QNT-014", "QNT-015", "QNT-016")
 def _parse_format(key: str, value: str) -> TensorFormat:
     kind, sep, qb_text = value.partition("@")
     kind = kind.strip().lower()
@@ -109,6 +114,7 @@ def _parse_format(key: str, value: str) -> TensorFormat:
     return TensorFormat(kind, qblock)
 
 
+@implements("QNT-012", "QNT-014", "QNT-017", "QNT-018")
 def parse_policy(text: str) -> KVCachePolicy:
     """Parse and validate a policy string; raises KernelError naming the field at fault."""
     if not isinstance(text, str) or not text.strip():

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.errors import KernelError
+from spec import implements
 
 PER_TOKEN_KINDS = ("q8_0", "q4_0", "nf4")
 FLOAT_KINDS = ("fp16", "fp32")
@@ -64,6 +65,7 @@ def nf4_levels() -> torch.Tensor:
     return torch.tensor(NF4_LEVELS, dtype=torch.float32)
 
 
+@implements("QNT-003")
 def nf4_midpoints() -> torch.Tensor:
     """The 15 decision thresholds between adjacent NF4 levels (fp32)."""
     lv = nf4_levels()
@@ -98,10 +100,12 @@ class QuantizedTensor:
         return self.pad_dim // self.qblock
 
 
+@implements("QNT-006")
 def padded_dim(dim: int, qblock: int) -> int:
     return -(-dim // qblock) * qblock
 
 
+@implements("QNT-008")
 def check_format(kind: str, qblock: int) -> None:
     """Validate a per-token format; raises KernelError(QNT_BAD_KIND / QNT_BAD_BLOCK)."""
     if kind not in PER_TOKEN_KINDS:
@@ -118,11 +122,13 @@ def check_format(kind: str, qblock: int) -> None:
         )
 
 
+@implements("QNT-001", "QNT-002")
 def round_half_away(x: torch.Tensor) -> torch.Tensor:
     """Round to nearest, ties away from zero (C ``roundf``), elementwise in x's dtype."""
     return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
 
 
+@implements("QNT-002", "QNT-005")
 def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
     """uint8 codes in [0, 15], last dim even -> bytes; element 2i high nibble, 2i+1 low."""
     if u.shape[-1] % 2:
@@ -131,6 +137,7 @@ def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
     return (u[..., 0::2] << 4) | (u[..., 1::2] & 0xF)
 
 
+@implements("QNT-005")
 def unpack_nibbles(p: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_nibbles`: bytes ``[..., n]`` -> codes ``[..., 2n]``."""
     p = p.to(torch.uint8)
@@ -139,6 +146,7 @@ def unpack_nibbles(p: torch.Tensor) -> torch.Tensor:
     return torch.stack((hi, lo), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
 
 
+@implements("QNT-006")
 def _blocks(x: torch.Tensor, qblock: int) -> torch.Tensor:
     dim = x.shape[-1]
     pad = padded_dim(dim, qblock) - dim
@@ -151,6 +159,7 @@ def _blocks(x: torch.Tensor, qblock: int) -> torch.Tensor:
 _QMAX = {"q8_0": 127.0, "q4_0": 7.0, "nf4": 1.0}
 
 
+@implements("QNT-001", "QNT-002", "QNT-003", "QNT-007")
 def block_scales(blocks: torch.Tensor, kind: str) -> torch.Tensor:
     """fp16 scale per block: fp16(amax / qmax), floored at 2^-14 (computed in fp32)."""
     amax = blocks.abs().amax(dim=-1)
@@ -158,6 +167,7 @@ def block_scales(blocks: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.clamp(scale, min=SCALE_FLOOR)
 
 
+@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008")
 def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     """Quantize ``x`` (float, ``[..., dim]``) along its last dimension; see the module doc."""
     check_format(kind, qblock)
@@ -186,6 +196,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     return QuantizedTensor(kind, qblock, dim, codes, scale16)
 
 
+@implements("QNT-003", "QNT-004")
 def code_values(qt: QuantizedTensor) -> torch.Tensor:
     """The per-element multiplier of the scale, ``[..., pad_dim]`` fp32 (before scaling)."""
     if qt.kind == "q8_0":
@@ -196,6 +207,7 @@ def code_values(qt: QuantizedTensor) -> torch.Tensor:
     return nf4_levels().to(u.device)[u.long()]
 
 
+@implements("QNT-003", "QNT-004", "QNT-006", "QNT-007")
 def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``value · scale`` per element, padding dropped: ``[..., dim]`` in ``dtype``."""
     vals = code_values(qt)
@@ -205,6 +217,7 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch
     return out.reshape(*lead, qt.pad_dim)[..., : qt.dim].to(dtype)
 
 
+@implements("QNT-004")
 def step_size(qt: QuantizedTensor) -> torch.Tensor:
     """The quantization step of each block in value units ``[..., n_blocks]`` (fp32).
 
@@ -218,6 +231,7 @@ def step_size(qt: QuantizedTensor) -> torch.Tensor:
     return s
 
 
+@implements("QNT-019")
 def bytes_per_token(kind: str, dim: int, qblock: int = 32) -> int:
     """Storage of one token's vector: fp16 2·dim, fp32 4·dim, q8_0 pad+2·nb, 4-bit pad/2+2·nb."""
     if kind == "fp16":
@@ -238,6 +252,7 @@ GGML_BLOCK = 32
 GGML_TYPE_SIZE = {"Q8_0": 34, "Q4_0": 18}
 
 
+@implements("QNT-011")
 def _ggml_check(x: torch.Tensor, qtype: str) -> None:
     if qtype not in GGML_TYPE_SIZE:
         raise KernelError(
@@ -263,6 +278,7 @@ def _fp16_from_bytes(b: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float16).to(torch.float32)
 
 
+@implements("QNT-009", "QNT-010", "QNT-011")
 def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     """Float rows ``[..., n]`` -> GGML block bytes ``[..., n/32 * type_size]`` (uint8)."""
     _ggml_check(x, qtype)
@@ -284,6 +300,7 @@ def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], -1)
 
 
+@implements("QNT-009", "QNT-010", "QNT-011")
 def ggml_dequantize(data: torch.Tensor, qtype: str, n: int | None = None) -> torch.Tensor:
     """GGML block bytes ``[..., nbytes]`` -> fp32 values ``[..., n_blocks*32]``."""
     if qtype not in GGML_TYPE_SIZE:

@@ -14,6 +14,7 @@ import torch
 from kernels import quant
 from kernels._triton import kernel_device, tl, triton
 from reference_impl.errors import KernelError
+from spec import implements
 
 KIND_ID = {"q8_0": 0, "q4_0": 1, "nf4": 2}
 QMAX = {"q8_0": 127.0, "q4_0": 7.0, "nf4": 1.0}
@@ -242,6 +243,7 @@ def _np2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008")
 def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTensor:
     """Triton twin of :func:`kernels.quant.quantize` (qblock must be a power of two)."""
     quant.check_format(kind, qblock)
@@ -289,6 +291,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
     )
 
 
+@implements("QNT-003", "QNT-004", "QNT-006", "QNT-007")
 def dequantize(qt: quant.QuantizedTensor) -> torch.Tensor:
     """Triton twin of :func:`kernels.quant.dequantize` (fp32)."""
     lead = tuple(qt.codes.shape[:-1])
@@ -316,6 +319,7 @@ def dequantize(qt: quant.QuantizedTensor) -> torch.Tensor:
     return out.reshape(*lead, qt.dim).to(qt.codes.device)
 
 
+@implements("QNT-009", "QNT-010", "QNT-011")
 def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     """Triton twin of :func:`kernels.quant.ggml_quantize`."""
     quant._ggml_check(x, qtype)
@@ -339,6 +343,7 @@ def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     return out.reshape(*lead, nb * size).to(x.device)
 
 
+@implements("QNT-009", "QNT-010", "QNT-011")
 def ggml_dequantize(data: torch.Tensor, qtype: str) -> torch.Tensor:
     """Triton twin of :func:`kernels.quant.ggml_dequantize`."""
     if qtype not in quant.GGML_TYPE_SIZE:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spec import implements
+
 
 class EngineError(Exception):
     """Base class: a typed, structured failure of the reference engine."""
@@ -53,6 +55,7 @@ class EngineError(Exception):
         }
 
 
+@implements("SAN-026")
 class BatchError(EngineError):
     """An invalid batch (sanitizer) or a split that cannot be produced (splitter)."""
 
@@ -85,6 +88,7 @@ class GeneratorError(EngineError):
     trace: list[Any] | None = None
     decode_code: int | None = None
 
+    @implements("GEN-010")
     def with_trace(self, trace: Sequence[Any], code: int) -> GeneratorError:
         self.trace = list(trace)
         self.decode_code = code

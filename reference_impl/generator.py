@@ -25,6 +25,7 @@ import numpy as np
 
 from reference_impl.batch.types import Batch
 from reference_impl.errors import GeneratorError
+from spec import implements
 
 SEED_MOD = 2**32
 
@@ -40,6 +41,7 @@ class GenerationRequest:
     record_logits: bool = True
 
 
+@implements("GEN-012")
 @dataclass
 class TraceStep:
     """One phase of the generation: ``prefill`` (step 0) or a decode step ``t >= 1``."""
@@ -64,10 +66,12 @@ class GenerationResult:
     trace: list[TraceStep]
     prompt_tokens: dict[int, list[int]]
 
+    @implements("GEN-012")
     def trace_json(self) -> str:
         return json.dumps([asdict(s) for s in self.trace], sort_keys=True)
 
     @staticmethod
+    @implements("GEN-012")
     def trace_from_json(text: str) -> list[TraceStep]:
         steps = []
         for d in json.loads(text):
@@ -80,6 +84,7 @@ class GenerationResult:
         return steps
 
 
+@implements("GEN-015")
 def with_seed(spec: list[Any], seed: int) -> list[Any]:
     """The chain description with every ``dist`` entry seeded with ``seed``."""
     out: list[Any] = []
@@ -92,6 +97,7 @@ def with_seed(spec: list[Any], seed: int) -> list[Any]:
     return out
 
 
+@implements("GEN-018")
 class Generator:
     """Runs a :class:`GenerationRequest` on a context (any target's decode context)."""
 
@@ -113,6 +119,7 @@ class Generator:
 
     # ------------------------------------------------------------------ validation
 
+    @implements("GEN-001", "GEN-017", "GEN-020")
     def _validate(self, req: GenerationRequest) -> tuple[list[list[int]], list[int]]:
         n = len(req.prompts)
         if n == 0:
@@ -167,6 +174,7 @@ class Generator:
 
     # ------------------------------------------------------------------ the loop
 
+    @implements("PHASE-005")
     def _step(self, phase: str, step: int, **kw: Any) -> TraceStep:
         s = TraceStep(seq_no=self._seq_no, phase=phase, step=step, **kw)
         self._seq_no += 1
@@ -175,6 +183,26 @@ class Generator:
     def _kv(self, seqs: Sequence[int]) -> dict[int, tuple[int, int]]:
         return {s: (self.ctx.seq_pos_min(s), self.ctx.seq_pos_max(s)) for s in seqs}
 
+    @implements(
+        "GEN-002",
+        "GEN-005",
+        "GEN-008",
+        "GEN-010",
+        "GEN-011",
+        "GEN-013",
+        "GEN-014",
+        "GEN-016",
+        "GEN-017",
+        "GEN-019",
+        "GEN-021",
+        "PHASE-001",
+        "PHASE-002",
+        "PHASE-003",
+        "PHASE-005",
+        "PHASE-006",
+        "PHASE-013",
+        "PHASE-021",
+    )
     def generate(self, req: GenerationRequest) -> GenerationResult:
         trace: list[TraceStep] = []
         self._seq_no = 0
@@ -241,6 +269,7 @@ class Generator:
         trace.append(self._step("done", step + 1))
         return GenerationResult(tokens, reasons, trace, {s: prompts[s] for s in range(n)})
 
+    @implements("GEN-003", "GEN-004", "GEN-010")
     def _prefill(
         self, prompts: list[list[int]], live: list[int], pre: TraceStep, trace: list[TraceStep]
     ) -> dict[int, int]:
@@ -279,6 +308,7 @@ class Generator:
                     rows[s] = k
         return rows
 
+    @implements("GEN-015")
     def _samplers(self, req: GenerationRequest, n: int) -> list[Any] | None:
         if req.sampler is None:
             return None
@@ -289,6 +319,7 @@ class Generator:
             for i in range(n)
         ]
 
+    @implements("GEN-004", "PHASE-007", "PHASE-016")
     def _select(
         self,
         seqs: Sequence[int],
@@ -313,6 +344,7 @@ class Generator:
                 st.logits[s] = [float(x) for x in logits]
         return out
 
+    @implements("GEN-006", "GEN-007", "GEN-008", "GEN-009", "PHASE-018", "PHASE-019")
     def _advance(
         self,
         active: list[int],

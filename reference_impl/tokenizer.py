@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from reference_impl.errors import EngineError
+from spec import implements
 
 SPACE_ESCAPE = "\u2581"  # '▁'
 
@@ -74,9 +75,11 @@ class SpmVocab:
         return len(self.tokens)
 
 
+@implements("TOK-020")
 class SpmTokenizer:
     """llama.cpp's SPM tokenizer over one :class:`SpmVocab`."""
 
+    @implements("TOK-005")
     def __init__(self, vocab: SpmVocab) -> None:
         self.vocab = vocab
         special = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
@@ -92,6 +95,7 @@ class SpmTokenizer:
 
     # -- tokenize -----------------------------------------------------------------------------
 
+    @implements("TOK-001", "TOK-002", "TOK-003")
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
@@ -113,6 +117,7 @@ class SpmTokenizer:
             out.append(vocab.eos_id)
         return out
 
+    @implements("TOK-006")
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """Split ``text`` on special-token texts; ints are token ids, strings raw text."""
         frags: list[str | int] = [text] if text else []
@@ -135,6 +140,7 @@ class SpmTokenizer:
             frags = nxt
         return frags
 
+    @implements("TOK-004", "TOK-005")
     def _tokenize_fragment(self, text: str, out: list[int]) -> None:
         # Symbols are the UTF-8 characters of the text, linked as a doubly linked list.
         sym_text = list(text)
@@ -189,6 +195,7 @@ class SpmTokenizer:
 
     # -- detokenize ---------------------------------------------------------------------------
 
+    @implements("TOK-010")
     def _check(self, token: int, index: int | None = None) -> None:
         if not 0 <= int(token) < self.vocab.n_tokens:
             raise TokenizerError(
@@ -198,6 +205,7 @@ class SpmTokenizer:
                 index=index,
             )
 
+    @implements("TOK-007")
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
         """The bytes of one token (llama_token_to_piece); control/unknown tokens are empty
         unless ``special``; up to ``lstrip`` leading spaces are removed."""
@@ -220,6 +228,7 @@ class SpmTokenizer:
             k += 1
         return piece
 
+    @implements("TOK-008", "TOK-009")
     def detokenize(
         self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False
     ) -> bytes:

@@ -7,6 +7,7 @@ invariant that raises it. Codes never change meaning once released.
 from __future__ import annotations
 
 from reference_impl.errors import BatchError
+from spec import implements
 
 # sanitizer, in the order the checks run
 SAN_EMPTY = "SAN_EMPTY"  # n_tokens == 0 (llama_decode returns -1 before the allocator runs)
@@ -45,6 +46,7 @@ SPL_MEMORY_KIND = "SPL_MEMORY_KIND"  # split_plan for an unknown memory kind
 SPL_CODES = (SPL_N_UBATCH, SPL_KEEP_TAIL, SPL_COUPLED_SEQUENTIAL, SPL_RESERVE, SPL_MEMORY_KIND)
 
 
+@implements("SAN-026")
 def fail(
     code: str,
     message: str,

@@ -13,6 +13,7 @@ import numpy as np
 
 from reference_impl.batch.codes import SAN_SHAPE, fail
 from reference_impl.batch.types import Batch
+from spec import implements
 
 _I32_MIN = -(2**31)
 _I32_MAX = 2**31 - 1
@@ -55,6 +56,7 @@ def _expect_len(arr: np.ndarray, n: int, field: str) -> None:
         )
 
 
+@implements("SAN-003", "SAN-014", "SAN-022", "SAN-025")
 def normalize_fields(batch: Batch, n_pos_per_embd: int) -> Fields:
     """Validate shapes and dtypes; return owned int32/float32/int8 copies of every field."""
     token = None if batch.token is None else _int32(batch.token, "token")

@@ -32,10 +32,12 @@ from reference_impl.batch.codes import (
     fail,
 )
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch, MemoryView
+from spec import implements
 
 MAX_POS_PER_EMBD = 4  # GGML_MROPE_SECTIONS
 
 
+@implements("SAN-024")
 @dataclass(frozen=True, eq=False)
 class SanitizedBatch:
     """A validated batch with every field filled, plus what llama_batch_allocr derives from it.
@@ -106,6 +108,7 @@ def group_starts(sorted_values: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
+@implements("SAN-002")
 def check_params(n_vocab: int, n_seq_max: int, n_pos_per_embd: int) -> None:
     if not 1 <= n_seq_max <= LLAMA_MAX_SEQ:
         raise fail(
@@ -123,6 +126,7 @@ def check_params(n_vocab: int, n_seq_max: int, n_pos_per_embd: int) -> None:
         )
 
 
+@implements("DEC-017", "SAN-004")
 def check_token_range(token: np.ndarray, n_vocab: int) -> None:
     bad = (token < 0) | (token >= n_vocab)
     if bad.any():
@@ -135,6 +139,7 @@ def check_token_range(token: np.ndarray, n_vocab: int) -> None:
         )
 
 
+@implements("SAN-005", "SAN-006", "SAN-008", "SAN-009")
 def resolve_seq_ids(
     seq_id: np.ndarray | None, n_seq_id: np.ndarray | None, n: int, n_seq_max: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +205,7 @@ def resolve_seq_ids(
     return out, counts
 
 
+@implements("SAN-010", "SAN-012")
 def auto_positions(
     first_seq: np.ndarray, memory: MemoryView | None, n_pos: int, has_token: bool
 ) -> np.ndarray:
@@ -228,11 +234,13 @@ def auto_positions(
     return pos
 
 
+@implements("DEC-039", "DEC-040", "SAN-010")
 def next_position(memory: MemoryView | None, seq_id: int) -> int:
     """Where a sequence continues: ``seq_pos_max + 1`` (0 when empty or without memory)."""
     return (memory.seq_pos_max(seq_id) if memory is not None else -1) + 1
 
 
+@implements("DEC-021", "SAN-013", "SAN-014")
 def resolve_outputs(logits: np.ndarray | None, n: int, output_all: bool) -> tuple[np.ndarray, bool]:
     """Output flags: absent -> last token only (all when output_all); output_all overrides."""
     if logits is None:
@@ -275,6 +283,7 @@ def group_by_seq(seq_id: np.ndarray, n_seq_id: np.ndarray, pos0: np.ndarray) -> 
     return _SeqView(token=pt, col=pc, pos=pos0[pt], seqs=ps[starts], starts=starts, ends=ends)
 
 
+@implements("SAN-024")
 def seq_bounds(view: _SeqView) -> tuple[np.ndarray, np.ndarray]:
     """Per present sequence: smallest and largest batch position."""
     return (
@@ -283,6 +292,7 @@ def seq_bounds(view: _SeqView) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+@implements("SAN-015", "SAN-016", "SAN-017", "SAN-021")
 def check_positions(
     view: _SeqView,
     pmin: np.ndarray,
@@ -313,6 +323,7 @@ def check_positions(
         raise _gap_error(view, g, int(pmin[g]))
 
 
+@implements("SAN-016")
 def check_continuity(view: _SeqView, pmin: np.ndarray, pmax: np.ndarray) -> np.ndarray:
     """Per present sequence: true when its batch positions leave a gap (repeats are fine)."""
     pos = view.pos
@@ -373,6 +384,7 @@ def _gap_error(view: _SeqView, g: int, y: int) -> Exception:
     )
 
 
+@implements("SAN-018", "SAN-024")
 def coupled_pairs(seq_id: np.ndarray, n_seq_id: np.ndarray) -> dict[tuple[int, int], int]:
     """``{(s1, s0): first token}`` for every token listing ``s0`` first and ``s1`` later."""
     if seq_id.shape[1] == 1:
@@ -390,6 +402,7 @@ def coupled_pairs(seq_id: np.ndarray, n_seq_id: np.ndarray) -> dict[tuple[int, i
     }
 
 
+@implements("SAN-018")
 def check_coupled_memory(pairs: dict[tuple[int, int], int], memory: MemoryView | None) -> None:
     """Coupled sequences must hold the same positions in the memory (same min and max)."""
     if memory is None:
@@ -409,6 +422,7 @@ def check_coupled_memory(pairs: dict[tuple[int, int], int], memory: MemoryView |
             )
 
 
+@implements("SAN-019")
 def check_decreasing(view: _SeqView) -> None:
     """Within a sequence, positions may repeat but never decrease in batch order."""
     pos = view.pos
@@ -473,6 +487,7 @@ def _readonly(*arrays: np.ndarray | None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@implements("SAN-001", "SAN-007", "SAN-011", "SAN-020", "SAN-022", "SAN-023", "SAN-027", "SAN-028")
 def sanitize(
     batch: Batch,
     *,

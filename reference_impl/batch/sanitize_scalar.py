@@ -24,8 +24,32 @@ from reference_impl.batch.codes import (
 from reference_impl.batch.fields import normalize_fields
 from reference_impl.batch.sanitize import SanitizedBatch, check_params
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch, MemoryView
+from spec import implements
 
 
+@implements(
+    "SAN-001",
+    "SAN-004",
+    "SAN-005",
+    "SAN-006",
+    "SAN-007",
+    "SAN-008",
+    "SAN-009",
+    "SAN-010",
+    "SAN-011",
+    "SAN-012",
+    "SAN-013",
+    "SAN-014",
+    "SAN-015",
+    "SAN-016",
+    "SAN-017",
+    "SAN-018",
+    "SAN-019",
+    "SAN-020",
+    "SAN-021",
+    "SAN-023",
+    "SAN-024",
+)
 def sanitize_scalar(
     batch: Batch,
     *,

@@ -32,6 +32,7 @@ from reference_impl.batch.codes import (
 from reference_impl.batch.sanitize import SanitizedBatch
 from reference_impl.batch.types import LLAMA_MAX_SEQ, UBatch
 from reference_impl.errors import BatchError
+from spec import implements
 
 SplitMode = Literal["simple", "equal", "seq"]
 
@@ -41,6 +42,7 @@ SplitMode = Literal["simple", "equal", "seq"]
 # --------------------------------------------------------------------------------------------
 
 
+@implements("SPL-015")
 def empty_ubatch(n_pos: int = 1) -> UBatch:
     """The "nothing (more) to emit" ubatch."""
     z = np.zeros(0, dtype=np.int32)
@@ -63,6 +65,7 @@ def empty_ubatch(n_pos: int = 1) -> UBatch:
     )
 
 
+@implements("SPL-002", "SPL-003", "SPL-004")
 def make_ubatch(
     sb: SanitizedBatch,
     idxs: np.ndarray,
@@ -118,6 +121,7 @@ def make_ubatch(
     )
 
 
+@implements("DEC-047", "SPL-016", "SPL-019")
 def ubatch_reserve(n_seq_tokens: int, n_seqs: int, *, n_pos_per_embd: int = 1) -> UBatch:
     """The worst-case ubatch used to reserve graphs: ``n_seqs`` sets of ``n_seq_tokens`` tokens.
 
@@ -155,11 +159,13 @@ def ubatch_reserve(n_seq_tokens: int, n_seqs: int, *, n_pos_per_embd: int = 1) -
     )
 
 
+@implements("SPL-019")
 def check_n_ubatch(n_ubatch: int) -> None:
     if n_ubatch < 1:
         raise fail(SPL_N_UBATCH, f"n_ubatch = {n_ubatch} must be >= 1", field="n_ubatch")
 
 
+@implements("SPL-019")
 def check_keep_tail(n_ubatch: int, n_keep_tail: int) -> None:
     if n_keep_tail < 0 or (n_keep_tail > 0 and n_ubatch <= n_keep_tail):
         raise fail(
@@ -169,6 +175,7 @@ def check_keep_tail(n_ubatch: int, n_keep_tail: int) -> None:
         )
 
 
+@implements("SPL-012", "SPL-013")
 def keep_tail_lengths(rem: list[int], length: int, n_ubatch: int, n_keep_tail: int) -> list[int]:
     """Per chosen set, how many tokens to take so no set's last ``n_keep_tail`` tokens are split.
 
@@ -195,6 +202,7 @@ def keep_tail_lengths(rem: list[int], length: int, n_ubatch: int, n_keep_tail: i
 # --------------------------------------------------------------------------------------------
 
 
+@implements("SPL-005", "SPL-020", "SPL-021")
 class BatchSplitter:
     """Splits one sanitized batch into ubatches (llama_batch_allocr's split state).
 
@@ -226,6 +234,7 @@ class BatchSplitter:
 
     # -- state ---------------------------------------------------------------------------------
 
+    @implements("SPL-006", "SPL-015")
     def split_reset(self) -> None:
         """Forget what was emitted: every token unused again, out_ids empty."""
         self._used = np.zeros(self._n, dtype=bool)
@@ -275,6 +284,7 @@ class BatchSplitter:
         """The first unused token of each of ``sets`` (each must have one)."""
         return self._set_tokens[self._set_start[sets] + self._cursor[sets]]
 
+    @implements("SPL-006", "SPL-007")
     def _emit(
         self,
         idxs: np.ndarray,
@@ -297,6 +307,7 @@ class BatchSplitter:
 
     # -- split_simple --------------------------------------------------------------------------
 
+    @implements("SPL-001", "SPL-022")
     def split_simple(self, n_ubatch: int) -> UBatch:
         """The next ``n_ubatch`` unused tokens in batch order (fewer at the end of the batch)."""
         check_n_ubatch(n_ubatch)
@@ -313,6 +324,7 @@ class BatchSplitter:
 
     # -- split_equal ---------------------------------------------------------------------------
 
+    @implements("SPL-008", "SPL-010", "SPL-011", "SPL-022")
     def split_equal(self, n_ubatch: int, sequential: bool, n_keep_tail: int = 0) -> UBatch:
         """Equal-length runs of non-overlapping sequence sets, laid out set by set.
 
@@ -356,6 +368,7 @@ class BatchSplitter:
 
     # -- split_seq -----------------------------------------------------------------------------
 
+    @implements("SPL-014", "SPL-022")
     def split_seq(self, n_ubatch: int) -> UBatch:
         """A chain from the first unused token: each next token's set is a subset of the
         current one (the chain narrows); one sequence set per ubatch."""
@@ -403,6 +416,7 @@ class BatchSplitter:
 FEW_SETS = 16  # below this many sequence sets, plain Python beats numpy's per-call overhead
 
 
+@implements("SPL-009")
 def choose_sets(splitter: BatchSplitter, n_ubatch: int, sequential: bool) -> list[int]:
     """The sequence sets of the next split_equal ubatch (llama.cpp's scan of unused tokens).
 
@@ -449,6 +463,7 @@ def choose_sets(splitter: BatchSplitter, n_ubatch: int, sequential: bool) -> lis
     return _continue_sequential(sp, chosen, chain[j:].tolist(), int(hs[j]))
 
 
+@implements("SPL-009")
 def _choose_few(sp: BatchSplitter, n_ubatch: int, sequential: bool) -> list[int]:
     """choose_sets with Python scalars (the same rule, for batches with few sequence sets)."""
     cursor = sp._cursor.tolist()
@@ -482,6 +497,7 @@ def _choose_few(sp: BatchSplitter, n_ubatch: int, sequential: bool) -> list[int]
     return _continue_sequential(sp, [k0], rest, p)
 
 
+@implements("SPL-009")
 def _continue_sequential(
     sp: BatchSplitter, chosen: list[int], rest: list[int], p: int
 ) -> list[int]:
@@ -514,6 +530,7 @@ class SplitPlan:
     fallback: SplitPlan | None = None  # iswa: equal split when the simple split is not usable
 
 
+@implements("MEM-007", "SPL-017", "SPL-019")
 def split_plan(memory_kind: str, *, unified: bool, embd_all: bool, n_rs_seq: int = 0) -> SplitPlan:
     """llama.cpp's init_batch choice per memory kind.
 
@@ -566,6 +583,7 @@ class Splitter(Protocol):
     def split_seq(self, n_ubatch: int) -> UBatch: ...
 
 
+@implements("SPL-018")
 def split_all(splitter: Splitter, plan: SplitPlan, n_ubatch: int) -> list[UBatch] | None:
     """Reset, then split until an empty ubatch, as a memory's init_batch does.
 

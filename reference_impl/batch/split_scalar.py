@@ -22,8 +22,10 @@ from reference_impl.batch.split import (
 )
 from reference_impl.batch.types import UBatch
 from reference_impl.errors import BatchError
+from spec import implements
 
 
+@implements("SPL-005", "SPL-020", "SPL-021")
 class ScalarSplitter:
     """Same interface as :class:`reference_impl.batch.split.BatchSplitter`."""
 
@@ -39,6 +41,7 @@ class ScalarSplitter:
         self.last_error: BatchError | None = None
         self.split_reset()
 
+    @implements("SPL-006", "SPL-015")
     def split_reset(self) -> None:
         self._used = [False] * self.sb.n_tokens
         self._n_used = 0
@@ -66,11 +69,13 @@ class ScalarSplitter:
         self._used[i] = True
         self._n_used += 1
 
+    @implements("SPL-006", "SPL-007")
     def _add(self, idxs: list[int], n_seqs: int, equal_seqs: bool) -> UBatch:
         ub = make_ubatch(self.sb, np.asarray(idxs, dtype=np.int32), n_seqs, equal_seqs)
         self._out_ids.extend(i for i in idxs if self.sb.batch.logits[i] != 0)  # type: ignore[index]
         return ub
 
+    @implements("SPL-001")
     def split_simple(self, n_ubatch: int) -> UBatch:
         check_n_ubatch(n_ubatch)
         n = self.sb.n_tokens
@@ -87,6 +92,7 @@ class ScalarSplitter:
             cur += 1
         return self._add(idxs, len(idxs), False)
 
+    @implements("SPL-008", "SPL-009", "SPL-010", "SPL-011", "SPL-012", "SPL-013")
     def split_equal(self, n_ubatch: int, sequential: bool, n_keep_tail: int = 0) -> UBatch:
         check_n_ubatch(n_ubatch)
         check_keep_tail(n_ubatch, n_keep_tail)
@@ -146,6 +152,7 @@ class ScalarSplitter:
             self._take(i)
         return self._add(idxs, len(per_set), True)
 
+    @implements("SPL-014")
     def split_seq(self, n_ubatch: int) -> UBatch:
         check_n_ubatch(n_ubatch)
         n = self.sb.n_tokens

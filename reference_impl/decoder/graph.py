@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.batch.types import UBatch
+from spec import implements
 
 PlanKey = tuple[object, ...]
 
 
+@implements("DEC-043", "DEC-044")
 def plan_key(ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: bool) -> PlanKey:
     return (
         ub.equal_seqs,
@@ -52,6 +54,7 @@ class GraphScheduler:
         self.n_reservations = 0
         self.reservations: list[dict[str, object]] = []  # worst-case shapes, in order
 
+    @implements("DEC-043", "DEC-044", "DEC-045")
     def plan_for(
         self, ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: bool
     ) -> tuple[ComputePlan, bool]:
@@ -73,6 +76,7 @@ class GraphScheduler:
         """Drop the stored plan (after a memory update or a worst-case reservation)."""
         self.plan = None
 
+    @implements("DEC-036", "DEC-047")
     def reserve(self, shape: dict[str, object] | None = None) -> None:
         """A worst-case reservation: record its shape and drop the stored plan."""
         self.n_reservations += 1

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reference_impl.errors import EngineError
+from spec import implements
 
 
 class OutputError(EngineError):
@@ -42,10 +43,12 @@ class OutputBuffers:
     swaps: list[tuple[int, int]] = field(default_factory=list)
     reallocations: int = 0  # how many times the buffers grew (tests read it)
 
+    @implements("OUT-003", "OUT-017")
     def __post_init__(self) -> None:
         # output_ids is sized n_batch once and never resized (one slot per batch index).
         self.output_ids = np.full(self.n_batch, -1, dtype=np.int32)
 
+    @implements("OUT-001", "OUT-002", "OUT-003", "OUT-017")
     def reserve(self, n_outputs: int) -> int:
         """Make room for ``n_outputs`` rows (at least n_seq_max); reset the mapping.
 
@@ -72,6 +75,7 @@ class OutputBuffers:
         self.swaps.clear()
         return self.capacity
 
+    @implements("OUT-006", "OUT-010", "OUT-019")
     def finalize(self, out_ids: list[int] | np.ndarray) -> None:
         """Fix the batch-index -> row mapping and record the swaps that restore batch order."""
         order = [int(i) for i in out_ids]
@@ -84,6 +88,7 @@ class OutputBuffers:
             for k, b in enumerate(order):  # `order` is now sorted ascending
                 self.output_ids[b] = k
 
+    @implements("OUT-008", "OUT-009", "OUT-010", "OUT-034")
     def reorder(self) -> None:
         """Apply pending swaps to every output buffer (called on first access)."""
         for i, j in self.swaps:
@@ -93,12 +98,16 @@ class OutputBuffers:
                 self.embd[[i, j]] = self.embd[[j, i]]
         self.swaps.clear()
 
+    @implements("OUT-022")
     def drop(self) -> None:
         """Nothing readable (after a failed ubatch): no rows, no mapping."""
         self.n_outputs = 0
         self.output_ids.fill(-1)
         self.swaps.clear()
 
+    @implements(
+        "OUT-012", "OUT-013", "OUT-014", "OUT-015", "OUT-016", "OUT-017", "OUT-018", "OUT-019"
+    )
     def resolve_row(self, i: int) -> int:
         """The buffer row of batch index ``i`` (negative ``i`` counts rows from the end)."""
         if i < 0:
@@ -124,6 +133,7 @@ class OutputBuffers:
         return j
 
 
+@implements("OUT-007")
 def selection_sort_swaps(order: list[int]) -> list[tuple[int, int]]:
     """Sort ``order`` in place by selection sort; return the (i, j) swaps performed.
 

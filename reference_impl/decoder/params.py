@@ -10,6 +10,7 @@ import torch
 from reference_impl.batch.types import LLAMA_MAX_SEQ
 from reference_impl.decoder.pooling import PoolingType
 from reference_impl.errors import DecoderError
+from spec import implements
 
 N_CTX_PAD = 256  # llama.cpp pads n_ctx (and n_ctx_seq) to a multiple of 256
 
@@ -20,6 +21,7 @@ class AttentionType(IntEnum):
     NON_CAUSAL = 1
 
 
+@implements("DEC-009")
 @dataclass(frozen=True)
 class ContextParams:
     """What a caller asks for (llama_context_params). Defaults follow llama.cpp, except the K/V
@@ -62,10 +64,12 @@ class Derived:
     kv_unified: bool
 
 
+@implements("DEC-002", "DEC-007")
 def pad(x: int, n: int = N_CTX_PAD) -> int:
     return (x + n - 1) // n * n
 
 
+@implements("DEC-001", "DEC-002", "DEC-003", "DEC-004", "DEC-005", "DEC-006", "DEC-007", "DEC-008")
 def derive(
     p: ContextParams,
     *,

@@ -20,8 +20,10 @@ from enum import IntEnum
 import numpy as np
 
 from reference_impl.batch.types import UBatch
+from spec import implements
 
 
+@implements("OUT-023")
 class PoolingType(IntEnum):
     UNSPECIFIED = -1
     NONE = 0
@@ -34,6 +36,7 @@ class PoolingType(IntEnum):
 Pooled = dict[int, np.ndarray]
 
 
+@implements("DEC-057", "OUT-025")
 def pool_mean(hidden: np.ndarray, ub: UBatch) -> Pooled:
     sums: dict[int, int] = {}
     step = max(ub.n_seq_tokens, 1)
@@ -50,6 +53,7 @@ def pool_mean(hidden: np.ndarray, ub: UBatch) -> Pooled:
     return out
 
 
+@implements("OUT-026", "OUT-027")
 def _target_rows(ub: UBatch, last: bool) -> dict[int, int]:
     target_pos: dict[int, int] = {}
     target_row: dict[int, int] = {}
@@ -66,12 +70,14 @@ def _target_rows(ub: UBatch, last: bool) -> dict[int, int]:
     return target_row
 
 
+@implements("OUT-026")
 def pool_cls(hidden: np.ndarray, ub: UBatch) -> Pooled:
     return {
         s: hidden[i].astype(np.float32) for s, i in sorted(_target_rows(ub, last=False).items())
     }
 
 
+@implements("OUT-027")
 def pool_last(hidden: np.ndarray, ub: UBatch) -> Pooled:
     return {s: hidden[i].astype(np.float32) for s, i in sorted(_target_rows(ub, last=True).items())}
 
@@ -83,6 +89,7 @@ POOLERS: dict[PoolingType, Callable[[np.ndarray, UBatch], Pooled]] = {
 }
 
 
+@implements("OUT-028")
 def pool_rank(
     hidden: np.ndarray,
     ub: UBatch,

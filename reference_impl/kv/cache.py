@@ -32,6 +32,7 @@ from reference_impl.errors import KVCacheError
 from reference_impl.kv import cells as kv_cells
 from reference_impl.kv import swa
 from reference_impl.kv.cells import POS_NONE, CellJournal, KVCells
+from spec import implements
 
 INT32_MAX = 2**31 - 1
 N_KV_PAD = 256  # n_kv is padded to a multiple of this (llama_kv_cache::get_n_kv)
@@ -57,6 +58,7 @@ class KVCacheConfig:
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
 
+    @implements("KV-022")
     def validate(self) -> None:
         def bad(msg: str, fld: str) -> KVCacheError:
             return KVCacheError("KV_CONFIG", msg, field=fld)
@@ -130,9 +132,11 @@ class UpdateResult:
     shifted: bool  # pending K-shifts were consumed
 
 
+@implements("KV-028")
 class KVCache:
     """See the module docstring. Satisfies ``reference_impl.batch.types.MemoryView``."""
 
+    @implements("KV-003", "KV-027")
     def __init__(self, config: KVCacheConfig) -> None:
         self._write_slot: SlotInfo | None = None
         self._write_idx: list[torch.Tensor | slice] = []
@@ -166,6 +170,7 @@ class KVCache:
 
     # ------------------------------------------------------------------ validation helpers
 
+    @implements("KV-003")
     def _check_seq(self, seq_id: int, *, allow_all: bool = False, fld: str = "seq_id") -> None:
         if allow_all and seq_id == -1:
             return
@@ -186,6 +191,7 @@ class KVCache:
                 field="stream",
             )
 
+    @implements("KV-020")
     def _check_shiftable(self) -> None:
         if self.config.n_pos_per_embd != 1:
             raise KVCacheError(
@@ -194,6 +200,7 @@ class KVCache:
                 field="n_pos_per_embd",
             )
 
+    @implements("KV-004", "KV-012")
     def _check_ubatch(self, ub: UBatch) -> int:
         """Validate a ubatch for this cache; returns the number of stream groups."""
         n = ub.n_tokens
@@ -260,6 +267,7 @@ class KVCache:
     def get_has_shift(self) -> bool:
         return any(c.has_shift for c in self.cells)
 
+    @implements("KV-011")
     def get_n_kv(self, sinfo: SlotInfo) -> int:
         """Columns the attention reads: used cells rounded up to 256, capped at kv_size."""
         result = 0
@@ -279,6 +287,7 @@ class KVCache:
 
     # ------------------------------------------------------------------ slots
 
+    @implements("KV-005", "KV-006", "KV-012")
     def find_slot(self, ubatch: UBatch, cont: bool = False) -> SlotInfo | None:
         """Cells for every token of ``ubatch`` (see KV-006/KV-007), or None. Never mutates."""
         n_groups = self._check_ubatch(ubatch)
@@ -305,6 +314,7 @@ class KVCache:
             idxs.append(tuple(found))
         return SlotInfo(tuple(strm), tuple(idxs))
 
+    @implements("KV-005")
     def _usable_between(self, cells: KVCells, start: int, end: int) -> list[int]:
         """Usable cells in [start, end), ascending: empty, or one sequence past its window."""
         pos = cells.pos[start:end]
@@ -322,6 +332,7 @@ class KVCache:
                     usable[j] = True
         return (np.flatnonzero(usable) + start).tolist()
 
+    @implements("KV-005")
     def _scan(self, cells: KVCells, head: int, n: int) -> list[int] | None:
         """The first ``n`` usable cells in ring order from ``head`` (at most size cells tested)."""
         size = cells.size()
@@ -337,6 +348,7 @@ class KVCache:
             chunk *= 2
         return found if len(found) == n else None
 
+    @implements("KV-007")
     def _scan_cont(self, cells: KVCells, head: int, n: int) -> list[int] | None:
         """``n`` contiguous usable cells, windows starting at ``head`` (llama.cpp cont = true)."""
         size = cells.size()
@@ -373,6 +385,7 @@ class KVCache:
         for c in self.cells:
             c.journal = None
 
+    @implements("DEC-022", "KV-009", "PHASE-011", "PHASE-014", "PHASE-020")
     def apply_ubatch(self, sinfo: SlotInfo, ubatch: UBatch) -> CellJournal:
         """Write ``ubatch`` at ``sinfo`` (KV-009); returns the undo record for :meth:`restore`."""
         self._check_slot(sinfo, ubatch)
@@ -383,6 +396,7 @@ class KVCache:
             self._close_journal()
         return journal
 
+    @implements("KV-004", "KV-012")
     def _check_slot(self, sinfo: SlotInfo, ub: UBatch) -> None:
         n_groups = self._check_ubatch(ub)
         if (
@@ -426,6 +440,7 @@ class KVCache:
                         index=g * sinfo.size + j,
                     )
 
+    @implements("KV-009")
     def _apply(self, sinfo: SlotInfo, ub: UBatch) -> None:
         # The largest position overwritten per sequence: those sequences are then purged up to
         # it, so that every sequence keeps all positions between its min and max (llama.h).
@@ -457,6 +472,7 @@ class KVCache:
         for g, st in enumerate(sinfo.strm):
             self.heads[st] = sinfo.idxs[g][-1] + 1
 
+    @implements("KV-010")
     def restore(self, undo: CellJournal) -> None:
         """Put back every cell, head and shift flag recorded by ``undo`` (KV-010)."""
         for (st, i), state in undo.cells.items():
@@ -465,6 +481,7 @@ class KVCache:
         for c, flag in zip(self.cells, undo.has_shift):
             c.has_shift = flag
 
+    @implements("DEC-023", "KV-008", "KV-012", "MEM-008")
     def prepare(self, ubatches: Sequence[UBatch]) -> list[SlotInfo] | None:
         """A slot per ubatch, each placed as if the earlier ones were applied; None when one
         does not fit. The cache is left exactly as it was (KV-008)."""
@@ -485,6 +502,7 @@ class KVCache:
     # ------------------------------------------------------------------ sequence operations
 
     @staticmethod
+    @implements("KV-013")
     def _range(p0: int, p1: int) -> tuple[int, int]:
         """Half-open [p0, p1) with negative bounds meaning 0 and +infinity."""
         return (0 if p0 < 0 else p0), (INT32_MAX if p1 < 0 else p1)
@@ -493,6 +511,7 @@ class KVCache:
         if emptied:
             self.heads[stream] = min(self.heads[stream], min(emptied))
 
+    @implements("KV-014")
     def _seq_rm_in(self, stream: int, seq_id: int, p0: int, p1: int) -> None:
         cells = self.cells[stream]
         emptied = [
@@ -502,6 +521,7 @@ class KVCache:
         ]
         self._lower_head(stream, emptied)
 
+    @implements("DEC-040", "KV-013", "KV-014")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         """Remove ``seq_id`` (or, for -1, every sequence) from the cells with pos in [p0, p1)."""
         self._check_seq(seq_id, allow_all=True)
@@ -518,6 +538,7 @@ class KVCache:
             self._lower_head(st, emptied)
         return True
 
+    @implements("KV-015", "KV-016", "KV-025", "PHASE-010")
     def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
         """Let ``seq_id_dst`` see the cells of ``seq_id_src`` in [p0, p1) (KV-015/KV-016)."""
         self._check_seq(seq_id_src, fld="seq_id_src")
@@ -555,6 +576,7 @@ class KVCache:
             dst.ext_set(i, int(src.ext_x[i]), int(src.ext_y[i]))
         self.heads[s1] = self.heads[s0]
 
+    @implements("KV-017")
     def seq_keep(self, seq_id: int) -> None:
         """Drop every sequence but ``seq_id`` from its stream (KV-017)."""
         self._check_seq(seq_id)
@@ -563,6 +585,7 @@ class KVCache:
         emptied = [i for i in cells.used_cells().tolist() if cells.seq_keep(i, seq_id)]
         self._lower_head(st, emptied)
 
+    @implements("KV-013", "KV-018")
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         """Move the cells of ``seq_id`` in [p0, p1) by ``delta`` positions (KV-018)."""
         self._check_seq(seq_id)
@@ -582,6 +605,7 @@ class KVCache:
         # Restart the slot search at the first freed cell, or from the beginning.
         self.heads[st] = min(emptied) if emptied else 0
 
+    @implements("KV-013", "KV-019")
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         """Divide the positions of ``seq_id`` in [p0, p1) by ``d``, rounding down (KV-019)."""
         self._check_seq(seq_id)
@@ -608,6 +632,7 @@ class KVCache:
         self._check_seq(seq_id)
         return self.cells[self.seq_to_stream[seq_id]].seq_pos_max(seq_id)
 
+    @implements("DEC-039", "KV-021")
     def clear(self, data: bool = True) -> None:
         """Empty every cell and reset every head; zero the K/V tensors when ``data``."""
         for c in self.cells:
@@ -619,11 +644,13 @@ class KVCache:
 
     # ------------------------------------------------------------------ K-shift and copies
 
+    @implements("KV-026")
     def k_shift(self) -> torch.Tensor:
         """Pending rotation per cell, int32 ``[n_stream, kv_size]`` (0 for empty cells)."""
         out = np.stack([np.where(c.pos == POS_NONE, 0, c.shift) for c in self.cells])
         return torch.from_numpy(out.astype(np.int32))
 
+    @implements("DEC-037", "DEC-053", "KV-026")
     def update(self, k_shift_fn: KShiftFn | None = None) -> UpdateResult:
         """Apply pending stream copies, then hand pending K-shifts to ``k_shift_fn`` once
         and clear them (KV-029)."""
@@ -654,6 +681,7 @@ class KVCache:
                 "KV_LAYER_RANGE", f"layer {layer} is not in [0, {len(self.k)})", field="layer"
             )
 
+    @implements("DEC-064", "KV-027", "PHASE-011", "PHASE-012", "PHASE-014")
     def write_kv(self, layer: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the ubatch rows ``k``/``v`` (``[n_tokens, n_head_kv, head_dim]``) at the slot."""
         self._check_layer(layer)
@@ -712,11 +740,13 @@ class KVCache:
         if not 0 < n_kv <= self.kv_size:
             raise KVCacheError("KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]")
 
+    @implements("KV-027")
     def kv_views(self, stream: int, n_kv: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """:meth:`kv_view` of every layer (checked once)."""
         self._check_view(stream, n_kv)
         return [(k[stream, :n_kv], v[stream, :n_kv]) for k, v in zip(self.k, self.v)]
 
+    @implements("KV-027")
     def kv_view(self, layer: int, stream: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``n_kv`` cells of a stream: views ``[n_kv, n_head_kv, head_dim]``."""
         self._check_layer(layer)
@@ -742,6 +772,7 @@ class KVCache:
         return KVState(tuple(streams), tuple(self.pending_copies))
 
 
+@implements("KV-016")
 def is_full_range(p0: int, p1: int, size: int) -> bool:
     """A cross-stream copy needs each bound to be <= 0 or >= size - 1 (raw, unnormalised)."""
     return (p0 <= 0 or p0 + 1 >= size) and (p1 <= 0 or p1 + 1 >= size)

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spec import implements
+
 POS_NONE = -1
 
 
+@implements("KV-001")
 class PosMultiset:
     """Positions of one sequence with multiplicity; O(log n) add/remove, amortised min/max."""
 
@@ -78,6 +81,7 @@ class PosMultiset:
 CellState = tuple[int, int, int, int, int]
 
 
+@implements("KV-010")
 @dataclass
 class CellJournal:
     """The original state of every cell touched since the journal was opened (first touch wins).
@@ -117,9 +121,11 @@ class KVCells:
     def is_empty(self, i: int) -> bool:
         return int(self.pos[i]) == POS_NONE
 
+    @implements("KV-002")
     def get_used(self) -> int:
         return self._n_used
 
+    @implements("KV-002")
     def used_max_p1(self) -> int:
         return self._used_max_p1
 
@@ -137,10 +143,12 @@ class KVCells:
         m = self.seq[i]
         return m.bit_length() - 1
 
+    @implements("KV-001")
     def seq_pos_min(self, s: int) -> int:
         ms = self._seq_pos.get(s)
         return ms.min() if ms else POS_NONE
 
+    @implements("KV-001")
     def seq_pos_max(self, s: int) -> int:
         ms = self._seq_pos.get(s)
         return ms.max() if ms else POS_NONE
@@ -199,11 +207,13 @@ class KVCells:
                 del self._seq_pos[s]
                 del self._seq_cells[s]
 
+    @implements("KV-002")
     def _mark_used(self, i: int) -> None:
         self._n_used += 1
         if i + 1 > self._used_max_p1:
             self._used_max_p1 = i + 1
 
+    @implements("KV-002")
     def _mark_unused(self, i: int) -> None:
         self._n_used -= 1
         if i + 1 == self._used_max_p1:
@@ -237,6 +247,7 @@ class KVCells:
             return True
         return False
 
+    @implements("KV-017")
     def seq_keep(self, i: int, s: int) -> bool:
         """Keep only ``s`` in cell ``i``; empty it when it lacks ``s``. True when emptied."""
         m = self.seq[i]
@@ -271,6 +282,7 @@ class KVCells:
         self.ext_x[i] = x
         self.ext_y[i] = y
 
+    @implements("KV-018", "KV-025")
     def pos_add(self, i: int, d: int) -> bool:
         """``pos += d`` and ``shift += d`` for every sequence of the cell; True when emptied."""
         self._touch(i)
@@ -287,6 +299,7 @@ class KVCells:
         self._index_add(i, p_new, m)
         return False
 
+    @implements("DEC-054", "KV-019", "KV-025")
     def pos_div(self, i: int, d: int) -> None:
         """``pos //= d``; the pending shift accumulates ``new - old`` (see spec KV decision D1)."""
         self._touch(i)
@@ -299,6 +312,7 @@ class KVCells:
         self._index_add(i, p_new, m)
         self.has_shift = True
 
+    @implements("KV-010")
     def set_state(self, i: int, state: CellState) -> None:
         """Overwrite cell ``i`` with a saved state, keeping every aggregate consistent."""
         self._touch(i)
@@ -316,6 +330,7 @@ class KVCells:
             self._mark_used(i)
             self._index_add(i, p, m)
 
+    @implements("KV-025")
     def reset_shift(self) -> None:
         if self.journal is not None:
             for i in np.flatnonzero(self.shift):
@@ -339,6 +354,7 @@ class KVCells:
         self._used_max_p1 = 0
 
 
+@implements("DEC-054", "KV-025")
 def shift_delta_div(p_old: int, p_new: int) -> int:
     """The K-shift that ``pos_div`` accumulates: the rotation still owed to the key, ``new - old``.
 

@@ -23,12 +23,17 @@ from reference_impl.batch.types import UBatch
 from reference_impl.errors import KVCacheError
 from reference_impl.kv import swa
 from reference_impl.kv.cache import KVCache
+from spec import implements
 
 
+@implements("KV-024")
 def n_stream_of_mask(cache: KVCache, ubatch: UBatch) -> int:
     return 1 if cache.n_stream == 1 else ubatch.n_seqs_unq
 
 
+@implements(
+    "DEC-056", "KV-023", "KV-024", "PHASE-008", "PHASE-009", "PHASE-010", "PHASE-015", "PHASE-017"
+)
 def build_kq_mask(
     cache: KVCache,
     ubatch: UBatch,

@@ -12,6 +12,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from spec import implements
+
 
 class SWAType(IntEnum):
     NONE = 0
@@ -20,6 +22,7 @@ class SWAType(IntEnum):
     SYMMETRIC = 3  # the key is more than n_swa // 2 positions away, on either side
 
 
+@implements("KV-022")
 def is_masked_swa(n_swa: int, swa_type: int, p0: int, p1: int) -> bool:
     """True when key position ``p0`` is outside the window of query position ``p1``."""
     if swa_type == SWAType.NONE:
@@ -35,6 +38,7 @@ def is_masked_swa(n_swa: int, swa_type: int, p0: int, p1: int) -> bool:
     raise ValueError(f"unknown swa_type {swa_type!r}")
 
 
+@implements("KV-022")
 def is_masked_swa_array(
     n_swa: int, swa_type: int, p0: np.ndarray, p1: np.ndarray | int
 ) -> np.ndarray:

@@ -24,8 +24,10 @@ from reference_impl.batch import split
 from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.memory.status import MemoryStatus
+from spec import implements
 
 
+@implements("MEM-007", "MEM-008", "SPL-023")
 def plan_batch(
     kind: str,
     splitter: Splitter,
@@ -53,6 +55,7 @@ def plan_batch(
     return FailedContext(MemoryStatus.FAILED_PREPARE)
 
 
+@implements("MEM-009")
 class MemoryContext:
     """A memory's answer to one request. ``status`` says whether ``apply`` may be used.
 

@@ -26,6 +26,7 @@ from reference_impl.kv.cache import KShiftFn, KVCacheConfig
 from reference_impl.memory import status as mstatus
 from reference_impl.memory.base import MemoryContext
 from reference_impl.memory.status import ComputeStatus, MemoryStatus
+from spec import implements
 
 
 @dataclass
@@ -43,6 +44,7 @@ class MemoryCoordinator:
     def __init__(self, memory: Any) -> None:
         self.memory = memory
 
+    @implements("DEC-035", "MEM-006")
     def update(self, optimize: bool) -> bool:
         """Apply pending memory work; True iff the memory reported some (status SUCCESS)."""
         ctx = self.memory.init_update(optimize)
@@ -51,6 +53,7 @@ class MemoryCoordinator:
         ctx.apply()
         return True
 
+    @implements("DEC-024", "DEC-034", "MEM-010")
     def prepare_batch(self, splitter: Any, n_ubatch: int, output_all: bool = False) -> BatchPlan:
         updates = [(False, self.update(False))]
         n_failed = 0
@@ -75,6 +78,7 @@ class MemoryCoordinator:
                 updates=updates,
             )
 
+    @implements("DEC-028", "MEM-011")
     def rollback_ubatch(self, ubatch: UBatch) -> dict[int, int]:
         """Drop the failed ubatch's sequences from their first position in it; returns
         ``{seq_id: p0}`` for every ``seq_rm(seq_id, p0, -1)`` issued, in sequence order."""
@@ -88,12 +92,14 @@ class MemoryCoordinator:
         return mstatus.ubatch_failure_decode_code(status)
 
 
+@implements("DEC-024", "MEM-010")
 def retry_after_optimize(n_failed: int) -> bool:
     """Only the first failed prepare of a batch earns an optimizing update (and, if that
     update did something, a retry)."""
     return n_failed == 1
 
 
+@implements("DEC-028", "MEM-011")
 def rollback_positions(ubatch: UBatch) -> dict[int, int]:
     """Smallest position of each sequence in the ubatch, over *all* sequence ids of every token
     (spec decision MEM D1; llama.cpp looks only at each token's first sequence id)."""

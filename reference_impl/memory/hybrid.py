@@ -11,6 +11,7 @@ from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.kv import KVBatchContext, KVMemory, PairContext
 from reference_impl.memory.recurrent import RecurrentBatchContext, RecurrentMemory
 from reference_impl.memory.status import MemoryStatus
+from spec import implements
 
 
 class HybridBatchContext(MemoryContext):
@@ -63,6 +64,7 @@ class HybridMemory:
             n_rs_seq=self.n_rs_seq,
         )
 
+    @implements("MEM-005")
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return PairContext(self.mem_attn.init_update(optimize), self.mem_recr.init_update(optimize))
 
@@ -76,6 +78,7 @@ class HybridMemory:
         self.mem_attn.clear(data)
         self.mem_recr.clear(data)
 
+    @implements("MEM-014")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         if not self.mem_recr.seq_rm(seq_id, p0, p1):
             return False
@@ -97,9 +100,11 @@ class HybridMemory:
         self.mem_attn.seq_div(seq_id, p0, p1, d)
         self.mem_recr.seq_div(seq_id, p0, p1, d)
 
+    @implements("MEM-014")
     def seq_pos_min(self, seq_id: int) -> int:
         # Both parts must still hold a position for it to be usable.
         return max(self.mem_attn.seq_pos_min(seq_id), self.mem_recr.seq_pos_min(seq_id))
 
+    @implements("MEM-014")
     def seq_pos_max(self, seq_id: int) -> int:
         return min(self.mem_attn.seq_pos_max(seq_id), self.mem_recr.seq_pos_max(seq_id))

@@ -13,6 +13,7 @@ from reference_impl.kv.cells import CellJournal
 from reference_impl.kv.swa import SWAType
 from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.status import MemoryStatus, status_combine
+from spec import implements
 
 
 class KVBatchContext(MemoryContext):
@@ -29,12 +30,14 @@ class KVBatchContext(MemoryContext):
     def sinfo(self) -> SlotInfo:
         return self.sinfos[self.i_cur]
 
+    @implements("MEM-009")
     def apply(self) -> bool:
         self.undos.append(self.cache.apply_ubatch(self.sinfo, self.get_ubatch()))
         self.n_kv = self.cache.get_n_kv(self.sinfo)
         return True
 
 
+@implements("MEM-004")
 class KVUpdateContext(MemoryContext):
     """Pending stream copies and K-shift; ``apply()`` runs ``KVCache.update``."""
 
@@ -85,6 +88,7 @@ class KVMemory(KVCache):
             "kv", splitter, n_ubatch, place, unified=self.n_stream == 1, embd_all=embd_all
         )
 
+    @implements("MEM-004")
     def init_update(self, optimize: bool = False) -> MemoryContext:
         # llama.cpp's KV cache has nothing to optimize (defragmentation was removed).
         return KVUpdateContext(self, self.k_shift_fn)
@@ -115,6 +119,7 @@ class ISWABatchContext(MemoryContext):
         return self.base.apply() & self.swa.apply()
 
 
+@implements("MEM-005")
 class PairContext(MemoryContext):
     """Two contexts driven together; the status combines theirs (base first)."""
 
@@ -127,6 +132,7 @@ class PairContext(MemoryContext):
         return self.first.apply() & self.second.apply()
 
 
+@implements("MEM-015")
 class ISWAMemory:
     """Interleaved SWA: every op goes to both caches; positions are reported by the SWA cache
     (the base cache holds a superset). The SWA cache has ``min(kv_size, n_swa * (n_seq_max if
@@ -167,6 +173,7 @@ class ISWAMemory:
             "iswa", splitter, n_ubatch, place, unified=self.n_stream == 1, embd_all=embd_all
         )
 
+    @implements("MEM-005")
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return PairContext(self.base.init_update(optimize), self.swa.init_update(optimize))
 

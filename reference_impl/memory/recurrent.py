@@ -27,6 +27,7 @@ from reference_impl.memory.base import (
     plan_batch,
 )
 from reference_impl.memory.status import MemoryStatus
+from spec import implements
 
 
 @dataclass
@@ -74,6 +75,7 @@ class RecurrentFullContext(MemoryContext):
 class RecurrentMemory:
     kind = "recurrent"
 
+    @implements("MEM-012")
     def __init__(self, n_seq_max: int = 1, n_rs_seq: int = 0, mem_size: int | None = None) -> None:
         self.n_seq_max = n_seq_max
         self.size = mem_size if mem_size is not None else max(1, n_seq_max)
@@ -104,6 +106,7 @@ class RecurrentMemory:
             return True
         return False
 
+    @implements("MEM-013")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         p0 = 0 if p0 < 0 else p0
         p1 = INT32_MAX if p1 < 0 else p1
@@ -215,6 +218,7 @@ class RecurrentMemory:
 
     # ------------------------------------------------------------------ slots
 
+    @implements("MEM-012")
     def find_slot(self, ub: UBatch) -> bool:
         """Give every sequence set of an equal-split ubatch its own state cell (mutates)."""
         n_seq_tokens, n_seqs = ub.n_seq_tokens, ub.n_seqs
@@ -322,6 +326,7 @@ class RecurrentMemory:
             n_rs_seq=self.n_rs_seq,
         )
 
+    @implements("MEM-005")
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return NoUpdateContext()
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from spec import implements
 
+
+@implements("MEM-001")
 class MemoryStatus(IntEnum):
     SUCCESS = 0
     NO_UPDATE = 1
@@ -41,10 +44,12 @@ DECODE_FATAL = -2  # memory / allocation failure
 DECODE_COMPUTE_FAILED = -3
 
 
+@implements("MEM-001")
 def status_is_fail(status: MemoryStatus) -> bool:
     return status in (MemoryStatus.FAILED_PREPARE, MemoryStatus.FAILED_COMPUTE)
 
 
+@implements("MEM-002")
 def status_combine(s0: MemoryStatus, s1: MemoryStatus) -> MemoryStatus:
     """A failure of the first part wins, then a failure of the second; otherwise SUCCESS when
     either part has an update, else NO_UPDATE."""
@@ -57,6 +62,7 @@ def status_combine(s0: MemoryStatus, s1: MemoryStatus) -> MemoryStatus:
     return MemoryStatus.NO_UPDATE
 
 
+@implements("DEC-023", "DEC-025", "MEM-003")
 def init_batch_decode_code(status: MemoryStatus) -> int:
     """Decode's return code for the final ``init_batch`` status (after any retry)."""
     if status == MemoryStatus.SUCCESS:
@@ -66,6 +72,7 @@ def init_batch_decode_code(status: MemoryStatus) -> int:
     return DECODE_FATAL  # NO_UPDATE is unexpected here, FAILED_COMPUTE is fatal
 
 
+@implements("DEC-027", "MEM-003")
 def ubatch_failure_decode_code(status: ComputeStatus) -> int:
     """Decode's return code when computing a ubatch fails (after the memory rollback)."""
     if status == ComputeStatus.ABORTED:

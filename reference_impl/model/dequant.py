@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spec import implements
+
 QK = 32  # values per block for Q8_0 and Q4_0
 Q8_0_BYTES = 2 + QK
 Q4_0_BYTES = 2 + QK // 2
@@ -33,6 +35,7 @@ def _scales(blocks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks[:, :2]).view("<f2").astype(np.float32)
 
 
+@implements("GGUF-002")
 def dequantize_q8_0(raw: np.ndarray, n_values: int) -> np.ndarray:
     """``raw``: the uint8 bytes of ``n_values / 32`` Q8_0 blocks -> float32 ``[n_values]``."""
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BYTES)
@@ -43,6 +46,7 @@ def dequantize_q8_0(raw: np.ndarray, n_values: int) -> np.ndarray:
         return (qs * _scales(blocks)).reshape(-1)
 
 
+@implements("GGUF-003")
 def dequantize_q4_0(raw: np.ndarray, n_values: int) -> np.ndarray:
     """``raw``: the uint8 bytes of ``n_values / 32`` Q4_0 blocks -> float32 ``[n_values]``."""
     blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q4_0_BYTES)
@@ -56,6 +60,7 @@ def dequantize_q4_0(raw: np.ndarray, n_values: int) -> np.ndarray:
         return (q * _scales(blocks)).reshape(-1)
 
 
+@implements("GGUF-004", "GGUF-022")
 def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
     """Storage array of a GGUF tensor -> float32 array of numpy ``shape`` (ggml dims reversed).
 

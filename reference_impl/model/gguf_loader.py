@@ -33,6 +33,7 @@ import torch
 from reference_impl.errors import ModelLoadError
 from reference_impl.model import dequant
 from reference_impl.tokenizer import SpmVocab
+from spec import implements
 
 SUPPORTED_ARCHS = ("llama",)
 SUPPORTED_TYPES = tuple(dequant.TYPE_NAMES)
@@ -179,6 +180,7 @@ class _Meta:
     def __init__(self, reader: Any) -> None:
         self.fields = reader.fields
 
+    @implements("GGUF-009")
     def _field(self, key: str, required: bool) -> Any:
         f = self.fields.get(key)
         if f is None and required:
@@ -189,6 +191,7 @@ class _Meta:
     def _type_name(f: Any) -> str:
         return str(f.types[0].name) if f.types else "?"
 
+    @implements("GGUF-010")
     def get_int(self, key: str, default: int | None = None) -> int:
         f = self._field(key, default is None)
         if f is None:
@@ -200,6 +203,7 @@ class _Meta:
             )
         return int(f.contents())
 
+    @implements("GGUF-010")
     def get_float(self, key: str, default: float | None = None) -> float:
         f = self._field(key, default is None)
         if f is None:
@@ -211,6 +215,7 @@ class _Meta:
             )
         return float(f.contents())
 
+    @implements("GGUF-010")
     def get_str(self, key: str, default: str | None = None) -> str:
         f = self._field(key, default is None)
         if f is None:
@@ -222,6 +227,7 @@ class _Meta:
             )
         return str(f.contents())
 
+    @implements("GGUF-010")
     def get_bool(self, key: str, default: bool) -> bool:
         f = self._field(key, False)
         if f is None:
@@ -232,6 +238,7 @@ class _Meta:
             )
         return bool(f.contents())
 
+    @implements("GGUF-010")
     def get_array(self, key: str, item_types: tuple[str, ...]) -> list[Any] | None:
         f = self._field(key, False)
         if f is None:
@@ -246,6 +253,7 @@ class _Meta:
         return key in self.fields
 
 
+@implements("GGUF-009", "GGUF-016")
 def _read_vocab(meta: _Meta) -> tuple[SpmVocab | None, int | None]:
     """(vocabulary or None for no_vocab, its size or None)."""
     model = meta.get_str("tokenizer.ggml.model")
@@ -286,6 +294,7 @@ def _read_vocab(meta: _Meta) -> tuple[SpmVocab | None, int | None]:
     return vocab, n
 
 
+@implements("GGUF-001", "GGUF-008", "GGUF-011")
 def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab | None]:
     arch = meta.get_str("general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -386,6 +395,7 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
 # -- tensors ----------------------------------------------------------------------------------
 
 
+@implements("GGUF-013")
 def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
     """ggml shapes (``ne0`` first) of the tensors a llama model needs; ``output.weight`` is
     included and treated as optional by the loader."""
@@ -408,6 +418,7 @@ def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+@implements("GGUF-006", "GGUF-007")
 def _open(path: Path) -> Any:
     import gguf
 
@@ -427,6 +438,7 @@ def _open(path: Path) -> Any:
     return reader
 
 
+@implements("GGUF-005", "GGUF-012", "GGUF-013", "GGUF-014", "GGUF-015")
 def load_gguf(path: str | os.PathLike[str]) -> ModelWeights:
     """Read, validate and dequantize a llama GGUF file. Raises ModelLoadError."""
     p = Path(path)

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from reference_impl.errors import BatchError
 from reference_impl.model.gguf_loader import HParams, ModelWeights
+from spec import implements
 
 # attention(q [n_tokens, n_head, hd], k [n_kv, n_head_kv, hd], v [n_kv, n_head_kv, hd],
 #           mask [n_tokens, n_kv] additive (0 / -inf), scale) -> [n_tokens, n_head · hd]
@@ -68,6 +69,7 @@ def _scalar(value: float) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float32)
 
 
+@implements("GGUF-020")
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
     """``x / sqrt(mean(x^2) + eps)`` over the last dimension (no weight).
 
@@ -92,6 +94,7 @@ def normed_matmul(x: torch.Tensor, w_t: torch.Tensor, eps: float) -> torch.Tenso
     return torch.addmm(_scalar(0.0), x, w_t, beta=0.0, alpha=1.0 / math.sqrt(mean_sq + eps))
 
 
+@implements("GGUF-020")
 def rope_theta(positions: np.ndarray, n_rot: int, freq_base: float) -> np.ndarray:
     """Rotation angles ``[n_pos, n_rot/2]`` (float32) the way ggml's rope cache builds them."""
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
@@ -103,6 +106,7 @@ def rope_theta(positions: np.ndarray, n_rot: int, freq_base: float) -> np.ndarra
     return out
 
 
+@implements("GGUF-020")
 def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     """Rotate adjacent pairs of ``x [n, heads, hd]`` *in place* by ``rot`` (complex
     ``[n, 1, hd/2]``, ``cos + i·sin``): ``(x[2j], x[2j+1]) -> (x0·c - x1·s, x0·s + x1·c)``.
@@ -112,6 +116,7 @@ def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@implements("GGUF-020")
 def sdpa_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
@@ -140,11 +145,13 @@ def sdpa_attention(
     return out.squeeze(0).transpose(0, 1).reshape(n, n_head * hd)
 
 
+@implements("GGUF-005", "GGUF-021")
 def resolve_output(weights: ModelWeights) -> torch.Tensor:
     """The output projection: ``output.weight``, or ``token_embd`` when tied."""
     return weights.token_embd if weights.output is None else weights.output
 
 
+@implements("GGUF-023")
 def causal_mask(n_tokens: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Additive causal mask ``[n, n]``: 0 where key <= query, -inf above the diagonal."""
     return torch.full((n_tokens, n_tokens), float("-inf"), dtype=dtype).triu_(1)
@@ -215,6 +222,7 @@ class LlamaForward:
 
     # -- inputs -------------------------------------------------------------------------------
 
+    @implements("GGUF-026")
     def token_ids(self, tokens: torch.Tensor | Sequence[int] | np.ndarray) -> np.ndarray:
         """Tokens as int64 ``[n]``; a token outside the vocabulary is an error."""
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
@@ -235,6 +243,7 @@ class LlamaForward:
 
     # -- the graph ----------------------------------------------------------------------------
 
+    @implements("GGUF-020", "PHASE-004")
     def _run(
         self,
         x: torch.Tensor,
@@ -274,6 +283,16 @@ class LlamaForward:
         """``[n, n_embd]`` normalized hidden states -> logits ``[n, n_vocab]``."""
         return F.linear(hidden, self.output)
 
+    @implements(
+        "GGUF-020",
+        "GGUF-021",
+        "GGUF-022",
+        "GGUF-023",
+        "GGUF-024",
+        "GGUF-025",
+        "GGUF-030",
+        "GGUF-031",
+    )
     @torch.inference_mode()
     def forward(
         self,
@@ -296,6 +315,7 @@ class LlamaForward:
         hidden = self._run(x, np.arange(n, dtype=np.int64), attend, rows)
         return self.logits_from_hidden(hidden)
 
+    @implements("DEC-055", "DEC-056", "PHASE-004", "PHASE-012", "PHASE-015", "PHASE-017")
     @torch.inference_mode()
     def forward_ubatch(
         self,
@@ -361,6 +381,7 @@ class LlamaForward:
         hidden = self._run(x, pos, attend, rows)
         return hidden if return_hidden else self.logits_from_hidden(hidden)
 
+    @implements("DEC-037", "DEC-053", "DEC-054")
     @torch.inference_mode()
     def rope_shift(
         self, k: torch.Tensor, delta_positions: torch.Tensor | Sequence[int] | np.ndarray

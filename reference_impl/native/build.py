@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from spec import implements
+
 SOURCE = Path(__file__).with_name("decode_step.c")
 ABI_VERSION = 1
 # gnu11: the vector extensions, and multiply-adds contracted to FMA; no -ffast-math (the
@@ -73,6 +75,7 @@ def build(defines: tuple[str, ...] = ()) -> Path:
     return lib_path
 
 
+@implements("DEC-063")
 @lru_cache(maxsize=8)
 def load(defines: tuple[str, ...] = ()) -> NativeLibrary:
     """The loaded library for ``defines`` (cached per process), or why there is none."""

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from reference_impl.native.build import NativeLibrary, load
+from spec import implements
 
 if TYPE_CHECKING:
     from reference_impl.model.llama import FusedLayer, LlamaForward
@@ -100,6 +101,7 @@ def unsupported(graph: LlamaForward) -> str | None:
     return None
 
 
+@implements("DEC-060")
 class NativeDecodeStep:
     """Runs one token through every layer and the output head in one C call."""
 
@@ -168,6 +170,7 @@ class NativeDecodeStep:
             self._cache_ptrs = (key, _ptrs([t[stream] for t in k]), _ptrs([t[stream] for t in v]))
         return self._cache_ptrs[1], self._cache_ptrs[2]  # type: ignore[return-value]
 
+    @implements("DEC-060", "DEC-061")
     def __call__(
         self,
         *,

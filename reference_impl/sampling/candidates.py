@@ -12,10 +12,12 @@ import numpy as np
 
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 
 
+@implements("SMP-001", "SMP-002", "SMP-013")
 def build_candidates(logits: np.ndarray) -> TokenDataArray:
     """Candidates for every token id of a logits row (float32 [n_vocab], n_vocab >= 1).
 
@@ -41,6 +43,7 @@ def build_candidates(logits: np.ndarray) -> TokenDataArray:
     return TokenDataArray(np.arange(n, dtype=np.int32), row, np.zeros(n, F32), -1, False)
 
 
+@implements("SMP-073")
 def normalize_scores(cur: TokenDataArray) -> TokenDataArray:
     """EMEL candidate_builder ``normalize``: subtract the maximum logit from every logit, so
     the maximum becomes 0 (order, ids and p unchanged). A row whose maximum is not finite

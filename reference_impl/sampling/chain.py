@@ -18,6 +18,7 @@ from reference_impl.sampling import candidates, chainspec, samplers
 from reference_impl.sampling.chainspec import SamplerSpec
 from reference_impl.sampling.samplers import Empty, Sampler
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 
 class Chain:
@@ -29,22 +30,27 @@ class Chain:
     def add(self, sampler: Sampler) -> None:
         self.samplers.append(sampler)
 
+    @implements("SMP-010")
     def apply(self, cur: TokenDataArray) -> TokenDataArray:
         for sampler in self.samplers:
             cur = sampler.apply(cur)
         return cur
 
+    @implements("SMP-011")
     def accept(self, token: int) -> None:
         for sampler in self.samplers:
             sampler.accept(token)
 
+    @implements("SMP-011")
     def reset(self) -> None:
         for sampler in self.samplers:
             sampler.reset()
 
+    @implements("SMP-012")
     def clone(self) -> Chain:
         return Chain(s.clone() for s in self.samplers)
 
+    @implements("SMP-013", "SMP-014")
     def sample(self, logits: np.ndarray) -> int:
         """Full-vocabulary candidates from ``logits``, apply, accept the chosen token, return it.
 
@@ -150,6 +156,7 @@ def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
     raise SamplingError("SMP_PARAM", f"unknown sampler kind {kind!r}", field="params.samplers")
 
 
+@implements("SMP-050", "SMP-062")
 def common_chain_spec(params: Mapping[str, Any] | None = None) -> list[SamplerSpec]:
     """The chain common_sampler_init builds (mirostat 0): [logit_bias when any bias] ->
     the ``samplers`` list (default: COMMON_ORDER) -> dist(seed)."""
@@ -173,5 +180,6 @@ def common_chain_spec(params: Mapping[str, Any] | None = None) -> list[SamplerSp
     return out
 
 
+@implements("SMP-050")
 def build_common_chain(params: Mapping[str, Any] | None = None) -> Chain:
     return Chain(build_sampler(s) for s in common_chain_spec(params))

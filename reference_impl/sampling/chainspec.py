@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from reference_impl.errors import SamplingError
+from spec import implements
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -91,6 +92,7 @@ def _real(*, allow_inf: bool = False) -> Checker:
     return check
 
 
+@implements("SMP-061")
 def _positive_real(value: Any, name: str, index: int | None) -> float:
     f: float = _real()(value, name, index)
     if not f > 0.0:
@@ -151,6 +153,7 @@ def _disabled_only(spec: SamplerSpec) -> bool:
     return True
 
 
+@implements("SMP-060")
 def parse_params(
     name: str, params: Mapping[str, Any], *, prefix: str, index: int | None
 ) -> dict[str, Any]:
@@ -176,6 +179,7 @@ def parse_params(
     return out
 
 
+@implements("SMP-060")
 def parse_entry(entry: Any, index: int) -> SamplerSpec:
     where = f"spec[{index}]"
     params: Any
@@ -209,6 +213,7 @@ def parse_entry(entry: Any, index: int) -> SamplerSpec:
     return spec
 
 
+@implements("SMP-060")
 def parse_chain(spec: Any) -> list[SamplerSpec]:
     """Validate a chain description; nothing is constructed when it is rejected."""
     if isinstance(spec, str | bytes | Mapping) or not isinstance(spec, Sequence):
@@ -246,6 +251,7 @@ def _sampler_names(value: Any, name: str, index: int | None) -> list[str]:
     return list(value)
 
 
+@implements("SMP-062")
 def _mirostat(value: Any, name: str, index: int | None) -> int:
     if _int_in(0, 2)(value, name, index) != 0:
         raise SamplingError(
@@ -279,6 +285,7 @@ COMMON_PARAMS: dict[str, tuple[Checker, Any]] = {
 }
 
 
+@implements("SMP-051", "SMP-062")
 def parse_common_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     """Validate overrides of the default parameters and return the full parameter set."""
     params = {} if params is None else params

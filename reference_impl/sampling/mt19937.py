@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spec import implements
+
 N = 624
 M = 397
 _MATRIX_A = np.uint32(0x9908B0DF)
@@ -52,6 +54,7 @@ def _temper(y: np.ndarray) -> np.ndarray:
     return y ^ (y >> np.uint32(18))
 
 
+@implements("SMP-023")
 class MT19937:
     """The 32-bit Mersenne Twister with std::mt19937's seeding and output stream."""
 
@@ -75,6 +78,7 @@ class MT19937:
     def outputs(self, n: int) -> list[int]:
         return [self.next_u32() for _ in range(n)]
 
+    @implements("SMP-012")
     def copy(self) -> MT19937:
         other = MT19937.__new__(MT19937)
         other._mt = self._mt.copy()
@@ -83,6 +87,7 @@ class MT19937:
         return other
 
 
+@implements("SMP-023")
 def generate_canonical(rng: MT19937) -> float:
     """libstdc++ ``generate_canonical<double, 53>`` over a 32-bit engine: two draws."""
     low = float(rng.next_u32())
@@ -91,6 +96,7 @@ def generate_canonical(rng: MT19937) -> float:
     return _BELOW_ONE if value >= 1.0 else value
 
 
+@implements("SMP-023")
 def uniform_01(rng: MT19937) -> float:
     """``std::uniform_real_distribution<double>(0, 1)(rng)`` = canonical * (1 - 0) + 0."""
     return generate_canonical(rng) * 1.0 + 0.0

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 F64 = np.float64
@@ -54,6 +55,7 @@ _OVERFLOW = F32(float.fromhex("0x1.62e42ep6"))  # above log(2^128): the result i
 _BLOCK = 8192  # elements per pass: the double scratch arrays stay in the L2 cache
 
 
+@implements("SMP-021", "SMP-025")
 def expf(x: np.ndarray) -> np.ndarray:
     """``expf`` of a float32 array (flattened), bit-identical to glibc's.
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from reference_impl.sampling import mt19937, scaling, selection, truncation
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -47,6 +48,7 @@ class _Base:
     def apply(self, cur: TokenDataArray) -> TokenDataArray:
         raise NotImplementedError
 
+    @implements("SMP-012")
     def clone(self) -> Sampler:
         return copy.deepcopy(self)
 
@@ -55,6 +57,7 @@ class _Base:
         return f"<{self.name} {fields}>"
 
 
+@implements("SMP-015")
 class Empty(_Base):
     """A disabled sampler (``?top-k``, ``?temp``, ...): every call is a no-op."""
 
@@ -72,11 +75,13 @@ class Greedy(_Base):
         return selection.greedy(cur)
 
 
+@implements("SMP-024")
 def rng_seed(seed: int) -> int:
     """get_rng_seed: LLAMA_DEFAULT_SEED asks for a fresh random seed, anything else is used."""
     return secrets.randbits(32) if seed == LLAMA_DEFAULT_SEED else seed
 
 
+@implements("SMP-024", "SMP-025")
 class Dist(_Base):
     """Seeded categorical sampling; ``reset`` reseeds (a fresh seed for LLAMA_DEFAULT_SEED)."""
 
@@ -93,10 +98,12 @@ class Dist(_Base):
     def apply(self, cur: TokenDataArray) -> TokenDataArray:
         return selection.dist(cur, self._draw)
 
+    @implements("SMP-011", "SMP-024")
     def reset(self) -> None:
         self.seed_cur = rng_seed(self.seed)
         self._rng.seed(self.seed_cur)
 
+    @implements("SMP-012")
     def clone(self) -> Sampler:
         other = Dist.__new__(Dist)
         other.seed, other.seed_cur, other._rng = self.seed, self.seed_cur, self._rng.copy()
@@ -184,6 +191,7 @@ class Penalties(_Base):
         self._window: deque[int] = deque()
         self._counts: Counter[int] = Counter()
 
+    @implements("SMP-044")
     def accept(self, token: int) -> None:
         token = int(token)
         self._counts[token] += 1
@@ -197,6 +205,7 @@ class Penalties(_Base):
     def apply(self, cur: TokenDataArray) -> TokenDataArray:
         return scaling.penalties(cur, self._counts, self.repeat, self.freq, self.present)
 
+    @implements("SMP-011")
     def reset(self) -> None:
         self._window.clear()
         self._counts.clear()
@@ -227,40 +236,49 @@ def init_dist(seed: int) -> Sampler:
     return Dist(seed)
 
 
+@implements("SMP-015")
 def init_top_k(k: int) -> Sampler:
     return Empty("?top-k") if k <= 0 else TopK(k)
 
 
+@implements("SMP-015")
 def init_top_p(p: float, min_keep: int = 0) -> Sampler:
     return Empty("?top-p") if F32(p) >= 1.0 else TopP(p, min_keep)
 
 
+@implements("SMP-015")
 def init_min_p(p: float, min_keep: int = 0) -> Sampler:
     return Empty("?min-p") if F32(p) <= 0.0 else MinP(p, min_keep)
 
 
+@implements("SMP-015")
 def init_typical(p: float, min_keep: int = 0) -> Sampler:
     return Empty("?typical") if F32(p) >= 1.0 else Typical(p, min_keep)
 
 
+@implements("SMP-015")
 def init_temp(t: float) -> Sampler:
     return Empty("?temp") if F32(t) == 1.0 else Temp(t)
 
 
+@implements("SMP-015")
 def init_temp_ext(t: float, delta: float, exponent: float) -> Sampler:
     if F32(t) == 1.0 and F32(delta) <= 0.0:
         return Empty("?temp-ext")
     return TempExt(t, delta, exponent)
 
 
+@implements("SMP-015")
 def init_top_n_sigma(n: float) -> Sampler:
     return Empty("?top-n-sigma") if F32(n) <= 0.0 else TopNSigma(n)
 
 
+@implements("SMP-015")
 def penalties_disabled(last_n: int, repeat: float, freq: float, present: float) -> bool:
     return last_n == 0 or (F32(repeat) == 1.0 and F32(freq) == 0.0 and F32(present) == 0.0)
 
 
+@implements("SMP-015")
 def init_penalties(
     last_n: int, repeat: float = 1.0, freq: float = 0.0, present: float = 0.0
 ) -> Sampler:
@@ -270,5 +288,6 @@ def init_penalties(
     return Penalties(last_n, repeat, freq, present)
 
 
+@implements("SMP-015")
 def init_logit_bias(biases: Sequence[tuple[int, float]]) -> Sampler:
     return Empty("?logit-bias") if len(biases) == 0 else LogitBias(biases)

@@ -14,11 +14,13 @@ import numpy as np
 from reference_impl.sampling import numerics
 from reference_impl.sampling.numerics import Real
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 F64 = np.float64
 
 
+@implements("SMP-040", "SMP-041")
 def temp(cur: TokenDataArray, t: Real) -> TokenDataArray:
     """t > 0: every logit divided by t (float). t <= 0: the first maximum keeps its logit and
     every other candidate gets -inf. Order, ids, p and ``sorted`` are unchanged."""
@@ -34,6 +36,7 @@ def temp(cur: TokenDataArray, t: Real) -> TokenDataArray:
         return cur.with_logits(cur.logits / t32)
 
 
+@implements("SMP-042")
 def temp_ext(cur: TokenDataArray, t: Real, delta: Real, exponent: Real) -> TokenDataArray:
     """Dynamic temperature (entropy-scaled) when ``delta > 0``, plain :func:`temp` otherwise.
 
@@ -66,6 +69,7 @@ def temp_ext(cur: TokenDataArray, t: Real, delta: Real, exponent: Real) -> Token
     return cur.with_p(p)
 
 
+@implements("SMP-043")
 def penalties(
     cur: TokenDataArray,
     counts: Mapping[int, int],
@@ -94,6 +98,7 @@ def penalties(
     return cur.with_logits(logits, sorted=False)
 
 
+@implements("SMP-045")
 def logit_bias(cur: TokenDataArray, biases: Sequence[tuple[int, Real]]) -> TokenDataArray:
     """Add each ``(token, bias)`` to that token's logit.
 

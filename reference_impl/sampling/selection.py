@@ -13,16 +13,19 @@ import numpy as np
 
 from reference_impl.sampling import numerics
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 F64 = np.float64
 
 
+@implements("SMP-020")
 def greedy(cur: TokenDataArray) -> TokenDataArray:
     """Select the first index holding the maximum logit (a strict ``>`` scan); p untouched."""
     return cur.with_selected(int(np.argmax(cur.logits)) if cur.size else 0)
 
 
+@implements("SMP-021", "SMP-022", "SMP-025")
 def dist(cur: TokenDataArray, draw: Callable[[], float]) -> TokenDataArray:
     """Sample from softmax(logits) in the current array order and normalise p.
 

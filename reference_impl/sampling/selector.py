@@ -14,10 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from reference_impl.errors import SamplingError
+from spec import implements
 
 POLICIES = ("argmax", "categorical")
 
 
+@implements("SMP-070", "SMP-071", "SMP-072")
 def select_token(
     ids: Sequence[int] | np.ndarray,
     scores: Sequence[float] | np.ndarray,

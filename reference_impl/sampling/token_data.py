@@ -15,11 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference_impl.errors import SamplingError
+from spec import implements
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
 
+@implements("SMP-004")
 @dataclass(eq=False)
 class TokenDataArray:
     """Candidates: ``ids`` int32 [n], ``logits`` float32 [n], ``p`` float32 [n].
@@ -91,6 +93,7 @@ class TokenDataArray:
         )
 
 
+@implements("SMP-003", "SMP-004")
 def validate(cur: TokenDataArray, *, copy: bool = False) -> TokenDataArray:
     """Check a candidate record given to a sampler; return it with canonical dtypes.
 

@@ -12,6 +12,7 @@ import numpy as np
 from reference_impl.sampling import numerics
 from reference_impl.sampling.numerics import Real
 from reference_impl.sampling.token_data import TokenDataArray
+from spec import implements
 
 F32 = np.float32
 FLT_MAX = F32(np.finfo(np.float32).max)
@@ -22,6 +23,7 @@ def _first_true(mask: np.ndarray) -> int | None:
     return idx if mask.size and mask[idx] else None
 
 
+@implements("SMP-030")
 def top_k(cur: TokenDataArray, k: int) -> TokenDataArray:
     """Keep the min(k, n) highest logits in descending order (``sorted`` = true); p untouched.
 
@@ -35,6 +37,7 @@ def top_k(cur: TokenDataArray, k: int) -> TokenDataArray:
     return cur.take(numerics.top_k_order(cur.logits, k), sorted=True)
 
 
+@implements("SMP-031")
 def top_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Nucleus: p over the current set (softmax, no renormalisation afterwards), then keep the
     shortest descending prefix whose float running sum is ``>= p`` and whose length is
@@ -59,6 +62,7 @@ def top_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
         order = numerics.descending_order(cur.logits)
 
 
+@implements("SMP-032", "SMP-033")
 def min_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Keep tokens with ``logit >= max_logit + logf(p)`` (prob >= p * p_max).
 
@@ -85,6 +89,7 @@ def min_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     return cur.take(np.arange(size), sorted=cur.sorted)
 
 
+@implements("SMP-034")
 def typical(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     """Locally typical sampling: sorted softmax, entropy H = -sum p ln p (float), score
     |-ln p_i - H|; candidates ordered by ascending score; keep the prefix up to the first
@@ -110,6 +115,7 @@ def typical(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     return cur.take(order[:keep], sorted=False)
 
 
+@implements("SMP-035")
 def top_n_sigma(cur: TokenDataArray, n: Real) -> TokenDataArray:
     """Set to -inf every logit below ``max - n * std`` (mean/std over the non -inf logits).
 
