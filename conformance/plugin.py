@@ -63,6 +63,8 @@ class _State:
     conformance_items: set[str] = field(default_factory=set)
     results: dict[str, TestResult] = field(default_factory=dict)
     untested: list[str] = field(default_factory=list)
+    links: dict[str, list[str]] | None = None  # invariant -> implementing code (@implements)
+    unlinked: list[str] = field(default_factory=list)  # active invariants without a link
     profile: str = ""
 
 
@@ -224,6 +226,22 @@ def is_conformance_item(item: pytest.Item) -> bool:
     return True
 
 
+def _check_links(st: _State, registry: dict[str, Invariant]) -> None:
+    """The @implements links of the packaged spec's reference (ID -> code): a link to an unknown
+    or planned ID stops collection like a bad test marker; an active invariant without one is
+    listed (and fails --traceability strict) like one without a test."""
+    if st.spec_dir is not None:  # a spec of one's own: the reference's links are not about it
+        return
+    from conformance.spec import implementation_problems, load_implementations
+
+    st.links = load_implementations()
+    problems = implementation_problems(registry, st.links)
+    bad = [p for p in problems if not p.startswith("active invariant")]
+    if bad:
+        raise pytest.UsageError("invalid @implements links:\n  " + "\n  ".join(bad))
+    st.unlinked = sorted(p.split()[2] for p in problems if p.startswith("active invariant"))
+
+
 def _capabilities(item: pytest.Item, marker: str) -> frozenset[str]:
     return frozenset(cap for mark in item.iter_markers(marker) for cap in mark.args)
 
@@ -283,6 +301,7 @@ def pytest_collection_modifyitems(
     st.untested = sorted(
         inv.id for inv in registry.values() if inv.active and inv.id not in st.tests_by_invariant
     )
+    _check_links(st, registry)
     if st.only:
         unknown = sorted(st.only - set(registry))
         if unknown:
@@ -408,7 +427,9 @@ def _target_info(st: _State) -> dict[str, Any]:
 def _build(st: _State) -> dict[str, Any]:
     registry = _registry(st)
     results = aggregate(registry, st.tests_by_invariant, st.results)
-    return build_report(results, _target_info(st), extra={"hypothesis_profile": st.profile})
+    return build_report(
+        results, _target_info(st), extra={"hypothesis_profile": st.profile}, links=st.links
+    )
 
 
 def _collect_only(config: pytest.Config) -> bool:
@@ -423,7 +444,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         report = _build(st)
         write_report(report, st.report_dir)
         session.config.stash[_REPORT_KEY] = report
-    if st.traceability == "strict" and st.untested and session.exitstatus == 0:
+    if st.traceability == "strict" and (st.untested or st.unlinked) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -452,6 +473,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if st.untested and st.traceability == "strict":
         msg = f"active invariants without a test ({len(st.untested)}): {', '.join(st.untested)}"
         tr.write_line(msg, red=True)
+    if st.unlinked and st.traceability != "off":
+        msg = f"active invariants without an @implements link ({len(st.unlinked)}): " + ", ".join(
+            st.unlinked
+        )
+        tr.write_line(msg, red=st.traceability == "strict", yellow=st.traceability == "warn")
     elif st.untested and st.traceability == "warn":
         tr.write_line(
             f"{len(st.untested)} active invariants have no test among the collected ones "

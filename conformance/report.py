@@ -97,7 +97,10 @@ def build_report(
     target: Mapping[str, Any],
     extra: Mapping[str, Any] | None = None,
     cwd: Path | None = None,
+    links: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
+    """The report record; ``links`` (invariant -> reference code, from ``@implements``) adds
+    each invariant's ``implemented_by``."""
     per_area: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter()
     skip_reasons: Counter[str] = Counter()
@@ -118,6 +121,7 @@ def build_report(
                 "source": inv.source,
                 "status": inv.status if inv.active else f"planned:{inv.planned_for}",
                 "tests": r.tests,
+                **({"implemented_by": list(links.get(inv.id, []))} if links is not None else {}),
                 "outcome": outcome,
                 "details": [
                     {

@@ -135,51 +135,6 @@ def areas(registry: dict[str, Invariant]) -> list[str]:
 # The packages whose modules carry @implements markers; every module of them is imported.
 IMPLEMENTATION_PACKAGES: tuple[str, ...] = ("reference_impl", "kernels")
 
-# Active invariants implemented in reference_impl/decoder/context.py or
-# reference_impl/decoder/ubatch_executor.py, whose @implements markers arrive with the
-# refactoring of those two files. Remove the table when they land: an entry that gains a link
-# is reported as stale.
-PENDING_FLOW_LINKS: frozenset[str] = frozenset(
-    {
-        "DEC-010",  # Context.n_ctx() ... pooling_type()
-        "DEC-011",  # Context._decode: the order of the flow's steps
-        "DEC-012",  # Context._decode: per-ubatch output counts
-        "DEC-013",  # Context.decode: return codes, TypeError
-        "DEC-014",  # Context._fail / decode: last_error
-        "DEC-015",  # Context._decode: empty batch
-        "DEC-016",  # Context._decode: sanitizer rejection before any state change
-        "DEC-018",  # Context._decode: DEC_BATCH_TOO_LARGE
-        "DEC-019",  # Context._decode: DEC_UBATCH_TOO_SMALL
-        "DEC-020",  # Context._decode: DEC_EMBD_WIDTH
-        "DEC-026",  # Context._decode: DEC_OUTPUT_RESERVE
-        "DEC-029",  # execute_ubatch: the abort callback, then the rollback
-        "DEC-030",  # execute_ubatch: the abort callback from the k-th ubatch on
-        "DEC-031",  # Context._run_ubatches / execute_ubatch: apply, compute, extract, in order
-        "DEC-032",  # Context._run_ubatches: DEC_OUTPUT_COUNT per ubatch
-        "DEC-033",  # Context._run_ubatches: DEC_OUTPUT_COUNT at finalization
-        "DEC-038",  # Context.memory_clear / seq_* / seq_pos_*
-        "DEC-041",  # Context: memory operations leave the outputs alone
-        "DEC-042",  # execute_ubatch: the executor's steps and the alloc trace event
-        "DEC-046",  # Context._reserve_worst_case: reservation order at creation
-        "DEC-049",  # Context._encode / encode_ubatch
-        "DEC-050",  # Context._encode: DEC_UBATCH_TOO_SMALL
-        "DEC-052",  # Context.n_outputs / output_ids
-        "DEC-059",  # Context.__init__: DEC_N_OUTPUTS_MAX
-        "DEC-062",  # Context._native_decode_path / execute_ubatch: native or torch per ubatch
-        "OUT-004",  # Context._decode: DEC_TOO_MANY_OUTPUTS
-        "OUT-005",  # Context._run_ubatches / execute_ubatch: rows [R_k, R_k + n_out_k)
-        "OUT-011",  # Context.decode: pending swaps applied first
-        "OUT-020",  # Context.get_embeddings_ith / _require_token_embeddings
-        "OUT-021",  # Context: -1 and 1 keep the previous outputs
-        "OUT-024",  # execute_ubatch / Context.get_embeddings_seq: pooling NONE
-        "OUT-029",  # Context._run_ubatches: the last ubatch's pooled embedding wins
-        "OUT-030",  # Context._decode / get_embeddings_seq: per-sequence embeddings
-        "OUT-031",  # Context.seq_output_rows
-        "OUT-032",  # Context._sample_rows
-        "OUT-033",  # Context._seq_output_limit_error
-    }
-)
-
 # Active invariants with no code in the reference to link to (a rule about llama.cpp alone or
 # about the suite itself), each with the reason. Empty: every active invariant is implemented.
 NOT_IMPLEMENTED_IN_REFERENCE: dict[str, str] = {}
@@ -227,13 +182,11 @@ def implementation_problems(
     (default: :func:`load_implementations`), one line each, sorted by ID:
 
     * a link naming an unknown ID, or a planned invariant;
-    * an active invariant without any link, unless PENDING_FLOW_LINKS or
-      NOT_IMPLEMENTED_IN_REFERENCE lists it;
+    * an active invariant without any link, unless NOT_IMPLEMENTED_IN_REFERENCE lists it;
     * an entry of those tables that is not an active invariant, that is in both tables, or that
       has a link after all (the entry is stale: remove it).
     """
     links = load_implementations() if implementations is None else implementations
-    pending = set(PENDING_FLOW_LINKS)
     absent = set(NOT_IMPLEMENTED_IN_REFERENCE)
     problems: list[tuple[str, str]] = []
 
@@ -250,23 +203,21 @@ def implementation_problems(
                 f"@implements names {inv_id}, which is planned:{inv.planned_for} "
                 f"({inv.location}), not active ({', '.join(places)})",
             )
-    for table, ids in (("PENDING_FLOW_LINKS", pending), ("NOT_IMPLEMENTED_IN_REFERENCE", absent)):
-        for inv_id in ids:
-            inv = registry.get(inv_id)
-            if inv is None or not inv.active:
-                what = "an unknown ID" if inv is None else f"planned ({inv.location})"
-                add(inv_id, f"{table} lists {inv_id}, which is {what}")
-            elif links.get(inv_id):
-                add(
-                    inv_id,
-                    f"{table} lists {inv_id}, which is linked ({', '.join(links[inv_id])}): "
-                    "remove it from the table",
-                )
-    for inv_id in pending & absent:
-        add(inv_id, f"{inv_id} is in both PENDING_FLOW_LINKS and NOT_IMPLEMENTED_IN_REFERENCE")
+    table = "NOT_IMPLEMENTED_IN_REFERENCE"
+    for inv_id in absent:
+        inv = registry.get(inv_id)
+        if inv is None or not inv.active:
+            what = "an unknown ID" if inv is None else f"planned ({inv.location})"
+            add(inv_id, f"{table} lists {inv_id}, which is {what}")
+        elif links.get(inv_id):
+            add(
+                inv_id,
+                f"{table} lists {inv_id}, which is linked ({', '.join(links[inv_id])}): "
+                "remove it from the table",
+            )
     where = " or ".join(f"{p}/" for p in IMPLEMENTATION_PACKAGES)
     for inv in registry.values():
-        if inv.active and not links.get(inv.id) and inv.id not in pending | absent:
+        if inv.active and not links.get(inv.id) and inv.id not in absent:
             add(inv.id, f"active invariant {inv.id} ({inv.location}) has no @implements in {where}")
     return [message for _, message in sorted(problems)]
 

@@ -2,8 +2,8 @@
 
 Every active invariant names where ``reference_impl/`` or ``kernels/`` implements it, so a
 reader goes ID -> test (``@pytest.mark.invariant``) -> function (``@implements``) in one hop each
-way. The two tables of ``conformance.spec`` are the only exemptions: PENDING_FLOW_LINKS (the
-decode flow files under refactoring) and NOT_IMPLEMENTED_IN_REFERENCE.
+way. The one exemption is the table NOT_IMPLEMENTED_IN_REFERENCE of ``conformance.spec`` (empty
+today: every active invariant is implemented).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from conformance.spec import (
     ID_PATTERN,
     IMPLEMENTATION_PACKAGES,
     NOT_IMPLEMENTED_IN_REFERENCE,
-    PENDING_FLOW_LINKS,
     Invariant,
     implementation_problems,
     load_implementations,
@@ -82,7 +81,7 @@ def test_links_are_a_snapshot(links: dict[str, list[str]]) -> None:
 
 
 def test_every_active_invariant_is_linked(links: dict[str, list[str]]) -> None:
-    exempt = PENDING_FLOW_LINKS | set(NOT_IMPLEMENTED_IN_REFERENCE)
+    exempt = set(NOT_IMPLEMENTED_IN_REFERENCE)
     missing = [
         f"{i.id} ({i.location})"
         for i in REGISTRY.values()
@@ -104,10 +103,7 @@ def test_no_implementation_problem(links: dict[str, list[str]]) -> None:
     assert implementation_problems(REGISTRY, links) == []
 
 
-def test_exemption_tables_are_consistent() -> None:
-    assert not PENDING_FLOW_LINKS & set(NOT_IMPLEMENTED_IN_REFERENCE)
-    for inv_id in PENDING_FLOW_LINKS:
-        assert REGISTRY[inv_id].active and REGISTRY[inv_id].area == "decoder", inv_id
+def test_exemption_table_is_consistent() -> None:
     for inv_id, reason in NOT_IMPLEMENTED_IN_REFERENCE.items():
         assert REGISTRY[inv_id].active, inv_id
         assert reason.strip() and "\n" not in reason, inv_id
@@ -244,7 +240,6 @@ def test_problems_name_unknown_and_planned_ids_and_missing_links(
 ) -> None:
     import conformance.spec as cs
 
-    monkeypatch.setattr(cs, "PENDING_FLOW_LINKS", frozenset())
     monkeypatch.setattr(cs, "NOT_IMPLEMENTED_IN_REFERENCE", {})
     registry = {"AA-001": inv("AA-001"), "AA-002": inv("AA-002", "planned:kv")}
     problems = implementation_problems(registry, {"AA-002": ["m:f"], "ZZ-001": ["m:g", "m:h"]})
@@ -257,20 +252,22 @@ def test_problems_name_unknown_and_planned_ids_and_missing_links(
     assert implementation_problems(registry, {"AA-001": ["m:f"]}) == []
 
 
-def test_problems_honour_and_police_the_exemption_tables(
+def test_problems_honour_and_police_the_exemption_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import conformance.spec as cs
 
     registry = {f"AA-00{k}": inv(f"AA-00{k}") for k in range(1, 5)}
     registry["AA-005"] = inv("AA-005", "planned:kv")
-    monkeypatch.setattr(cs, "PENDING_FLOW_LINKS", frozenset({"AA-001", "AA-002", "AA-005"}))
     monkeypatch.setattr(
-        cs, "NOT_IMPLEMENTED_IN_REFERENCE", {"AA-003": "about llama.cpp only", "AA-001": "x"}
+        cs,
+        "NOT_IMPLEMENTED_IN_REFERENCE",
+        {"AA-003": "about llama.cpp only", "AA-002": "x", "AA-005": "y"},
     )
-    problems = implementation_problems(registry, {"AA-002": ["m:f"], "AA-004": ["m:g"]})
+    problems = implementation_problems(
+        registry, {"AA-001": ["m:e"], "AA-002": ["m:f"], "AA-004": ["m:g"]}
+    )
     assert problems == [
-        "AA-001 is in both PENDING_FLOW_LINKS and NOT_IMPLEMENTED_IN_REFERENCE",
-        "PENDING_FLOW_LINKS lists AA-002, which is linked (m:f): remove it from the table",
-        "PENDING_FLOW_LINKS lists AA-005, which is planned (spec/area.md:5)",
+        "NOT_IMPLEMENTED_IN_REFERENCE lists AA-002, which is linked (m:f): remove it from the table",
+        "NOT_IMPLEMENTED_IN_REFERENCE lists AA-005, which is planned (spec/area.md:5)",
     ]
