@@ -42,7 +42,7 @@ def test_invalid_requests_are_refused_before_any_decode(
 ) -> None:
     gen = make_gen(n_seq_max=4)
     assert gen.ctx.decode is not None
-    where = {"seq_id": 0, "index": 1} if code == "GEN_TOKEN_RANGE" else {}
+    where: dict[str, Any] = {"seq_id": 0, "index": 1} if code == "GEN_TOKEN_RANGE" else {}
     with (
         unchanged(lambda: memory_view(gen.ctx), "memory"),
         raises_code(code, exc=GeneratorError, **where),
