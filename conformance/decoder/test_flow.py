@@ -29,13 +29,18 @@ def snapshot_state(ctx: Any, target: Any) -> Any:
     return view
 
 
+def observed(ctx: Any, target: Any, logits: Callable[[], Any]) -> dict[str, Any]:
+    """The memory (``snapshot_state``) and the logits a failed decode must leave as they were."""
+    return {"memory": snapshot_state(ctx, target), "logits": logits()}
+
+
 @pytest.mark.invariant("DEC-015")
 def test_empty_batch_is_invalid_and_changes_nothing(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
     ctx = new_ctx(n_batch=32)
     assert ctx.decode(batch(prompt(5), all_out=True)) == 0
-    with unchanged(lambda: (snapshot_state(ctx, target), ctx.get_logits()), "memory, logits"):
+    with unchanged(lambda: observed(ctx, target, ctx.get_logits), "the context"):
         assert ctx.decode(Batch.from_lists([])) == -1
 
 
@@ -56,7 +61,7 @@ def test_rejected_batches_return_minus_one_and_change_nothing(
 ) -> None:
     ctx = new_ctx(n_batch=32, n_seq_max=2)
     assert ctx.decode(batch(prompt(6), all_out=True)) == 0
-    with unchanged(lambda: (snapshot_state(ctx, target), ctx.get_logits()), "memory, logits"):
+    with unchanged(lambda: observed(ctx, target, ctx.get_logits), "the context"):
         assert ctx.decode(INVALID_BATCHES[case](6)) == -1
 
 
@@ -180,9 +185,7 @@ def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
 ) -> None:
     ctx = new_ctx(n_ctx=256, n_batch=64, n_ubatch=16)
     _fill(ctx, 250, 64)
-    with unchanged(
-        lambda: (snapshot_state(ctx, target), ctx.get_logits_ith(-1)), "memory, last logits"
-    ):
+    with unchanged(lambda: observed(ctx, target, lambda: ctx.get_logits_ith(-1)), "the context"):
         assert ctx.decode(batch(prompt(10))) == 1
     if target.has("decoder.errors"):
         assert_code(ctx.last_error, "DEC_NO_SLOT")
