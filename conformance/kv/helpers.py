@@ -35,9 +35,22 @@ def stream(cache: Any, stream: int = 0) -> Any:
     return cache.state().streams[stream]
 
 
+_STREAM_FIELDS = ("pos", "seqs", "shift", "ext", "head", "used", "has_shift")
+
+
+def cache_state(cache: Any) -> dict[str, Any]:
+    """``state_tuple`` with names, so that a difference reads ``['streams'][0]['pos'][6]``."""
+    state: Any = state_tuple(cache.state())
+    streams, pending = state
+    return {
+        "streams": [dict(zip(_STREAM_FIELDS, s, strict=True)) for s in streams],
+        "pending_copies": pending,
+    }
+
+
 def unchanged_cache(cache: Any, what: str = "the cache") -> AbstractContextManager[object]:
     """``unchanged`` over the cache's whole state (cells, heads, flags, pending copies)."""
-    return unchanged(lambda: state_tuple(cache.state()), what)
+    return unchanged(lambda: cache_state(cache), what)
 
 
 def expect_code(cache: Any, code: str, fn: Any, *args: Any, **where: Any) -> Any:

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 
 from conformance import hypothesis_profiles
 from conformance.assertions import assert_unchanged
-from conformance.kv.helpers import expect_code, unchanged_cache
+from conformance.kv.helpers import cache_state, expect_code, unchanged_cache
 from conformance.strategies.kv import (
     Clear,
     Decode,
@@ -212,7 +212,7 @@ class KVMachine(RuleBasedStateMachine):
             for undo in reversed(undos):
                 self.cache.restore(undo)
             self.model = saved
-            assert_unchanged(before, state_tuple(self.cache.state()), "the cache after restore")
+            assert_unchanged(before, cache_state(self.cache), "the cache after restore")
 
     def check_kq_mask(self, ub: Any, toks: Any, groups: int, n_kv: int) -> None:
         for causal in (True, False):
