@@ -176,8 +176,6 @@ def assert_close(
 
 # ---------------------------------------------------------------------------------- errors
 
-_ERROR_FIELDS = ("code", "field", "index", "seq_id")
-
 
 def _describe(values: Mapping[str, object]) -> str:
     return " ".join(f"{k}={v!r}" for k, v in values.items())
