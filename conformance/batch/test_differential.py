@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.assertions import nmse
 from conformance.differential import PeerDivergence
 from conformance.fixtures.batch_corpus import CASES, Accepted, CorpusCase, build_batch
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.gate import cached, release
-from conformance.model.oracle import nmse
 from reference_impl.batch.types import Batch
 from reference_impl.errors import EngineError
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_code, raises_code, unchanged
 from conformance.batch import examples as ex
 from conformance.batch.checks import (
     input_pos0,
@@ -19,7 +20,7 @@ from conformance.batch.checks import (
     sanitize,
     token_seqs,
 )
-from conformance.fixtures.batch_corpus import RangeMemory, case_named
+from conformance.fixtures.batch_corpus import RangeMemory, Rejected, case_named
 from conformance.strategies.batch import BatchCase, invalid_cases, valid_cases
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch
 from reference_impl.errors import BatchError
@@ -56,8 +57,7 @@ def _code(target: Any, case: BatchCase) -> str | None:
     ids=["tokens", "embd", "nothing"],
 )
 def test_empty_batch_is_rejected(target: Any, batch: Batch) -> None:
-    e = _err(target, batch)
-    assert (e.code, e.field) == ("SAN_EMPTY", "n_tokens")
+    assert_code(_err(target, batch), "SAN_EMPTY", field="n_tokens")
 
 
 @pytest.mark.invariant("SAN-002")
@@ -65,8 +65,7 @@ def test_empty_batch_is_rejected(target: Any, batch: Batch) -> None:
 def test_n_seq_max_range(target: Any, n_seq_max: int) -> None:
     # reported before any field is read: the logits array is also malformed here
     bad = Batch(token=np.array([1, 2], np.int32), logits=np.array([1], np.int8))
-    e = _err(target, bad, n_seq_max=n_seq_max)
-    assert (e.code, e.field) == ("SAN_N_SEQ_MAX", "n_seq_max")
+    assert_code(_err(target, bad, n_seq_max=n_seq_max), "SAN_N_SEQ_MAX", field="n_seq_max")
 
 
 @pytest.mark.invariant("SAN-002")
@@ -83,8 +82,7 @@ def test_n_seq_max_bounds_accepted(target: Any, n_seq_max: int) -> None:
      ({"n_pos_per_embd": 5}, "n_pos_per_embd")],
 )  # fmt: skip
 def test_other_parameters(target: Any, kw: dict[str, int], field: str) -> None:
-    e = _err(target, Batch.get_one([1]), **kw)
-    assert (e.code, e.field) == ("SAN_PARAM", field)
+    assert_code(_err(target, Batch.get_one([1]), **kw), "SAN_PARAM", field=field)
 
 
 @pytest.mark.invariant("SAN-003")
@@ -113,8 +111,7 @@ def test_shape_errors(target: Any, case_code: tuple[BatchCase, str]) -> None:
     ],
 )
 def test_shape_examples(target: Any, fields: dict[str, Any], field: str) -> None:
-    e = _err(target, Batch(**fields))
-    assert (e.code, e.field) == ("SAN_SHAPE", field)
+    assert_code(_err(target, Batch(**fields)), "SAN_SHAPE", field=field)
 
 
 @pytest.mark.invariant("SAN-003")
@@ -125,7 +122,7 @@ def test_mrope_embedding_positions_layouts(target: Any) -> None:
     b = _ok(target, Batch(embd=embd, pos=planes.reshape(-1)), n_pos_per_embd=4)
     assert np.array_equal(a.batch.pos, planes) and np.array_equal(b.batch.pos, planes)
     e = _err(target, Batch(embd=embd, pos=planes[0]), n_pos_per_embd=4)
-    assert (e.code, e.field) == ("SAN_SHAPE", "pos")
+    assert_code(e, "SAN_SHAPE", field="pos")
 
 
 # ---- SAN-004 .. SAN-006: token and sequence ids -----------------------------------------------
@@ -143,8 +140,7 @@ def test_token_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
 @pytest.mark.invariant("SAN-004")
 def test_token_range_bounds(target: Any) -> None:
     _ok(target, Batch.get_one([0, 31]), n_vocab=32)
-    e = _err(target, Batch.get_one([0, 32]), n_vocab=32)
-    assert (e.code, e.index) == ("SAN_TOKEN_RANGE", 1)
+    assert_code(_err(target, Batch.get_one([0, 32]), n_vocab=32), "SAN_TOKEN_RANGE", index=1)
     # embedding batches are not validated against the vocabulary
     _ok(target, Batch(embd=np.zeros((2, 4), np.float32)), n_vocab=0)
 
@@ -167,8 +163,7 @@ def test_n_seq_id_without_seq_id(target: Any) -> None:
     sb = _ok(target, ones)
     assert token_seqs(sb) == [(0,), (0,)]
     two = Batch(token=np.array([1, 2], np.int32), n_seq_id=np.array([1, 2], np.int32))
-    e = _err(target, two)
-    assert (e.code, e.field, e.index) == ("SAN_N_SEQ_ID", "n_seq_id", 1)
+    assert_code(_err(target, two), "SAN_N_SEQ_ID", field="n_seq_id", index=1)
 
 
 @pytest.mark.invariant("SAN-006")
@@ -193,7 +188,7 @@ def test_seq_id_range(target: Any, case_code: tuple[BatchCase, str]) -> None:
 @pytest.mark.invariant("SAN-006")
 def test_seq_id_bounds_and_padding(target: Any) -> None:
     e = _err(target, Batch.from_lists([1, 2], pos=[0, 0], seq_ids=[[0], [4]]), n_seq_max=4)
-    assert (e.code, e.index, e.seq_id) == ("SAN_SEQ_ID_RANGE", 1, 4)
+    assert_code(e, "SAN_SEQ_ID_RANGE", index=1, seq_id=4)
     # entries past n_seq_id[i] are padding and never read
     seq_id = np.array([[3, 999], [3, -7]], np.int32)
     sb = _ok(
@@ -221,7 +216,9 @@ def test_seq_id_bounds_and_padding(target: Any) -> None:
 def test_check_order_corpus(target: Any, name: str) -> None:
     case = case_named(name)
     exp = case.expected
-    assert outcome(target, case) == (exp.code, exp.field, exp.index, exp.seq_id)  # type: ignore[union-attr]
+    assert isinstance(exp, Rejected)
+    with raises_code(exp.code, field=exp.field, index=exp.index, seq_id=exp.seq_id, exc=BatchError):
+        sanitize(target, case)
 
 
 @pytest.mark.invariant("SAN-007")
@@ -229,20 +226,19 @@ def test_check_order_examples(target: Any) -> None:
     tok = np.array([1, 2, 3, 4], np.int32)
     # shape before token range; token range before sequence ids
     e = _err(target, Batch(token=np.array([99, 1], np.int32), logits=np.array([1], np.int8)))
-    assert e.code == "SAN_SHAPE"
+    assert_code(e, "SAN_SHAPE")
     # sequence ids token by token: n_seq_id of token 1 before the range of token 3
     seq_id = np.array([[0, 0], [0, 0], [0, 0], [9, 0]], np.int32)
     e = _err(target, Batch(token=tok, seq_id=seq_id, n_seq_id=np.array([1, 3, 1, 1], np.int32)))
-    assert (e.code, e.index) == ("SAN_N_SEQ_ID", 1)
+    assert_code(e, "SAN_N_SEQ_ID", index=1)
     # positions before coupling divergence, divergence before decreasing positions
     mem = RangeMemory({0: (0, 5), 1: (1, 5)})
     b = Batch.from_lists([1, 2], pos=[7, 8], seq_ids=[[0, 1], [0, 1]])
-    assert _err(target, b, memory=mem).code == "SAN_POS_MEMORY"
+    assert_code(_err(target, b, memory=mem), "SAN_POS_MEMORY")
     b = Batch.from_lists([1, 2, 3], pos=[6, 7, 6], seq_ids=[[0, 1], [0, 1], [0]])
-    assert _err(target, b, memory=mem).code == "SAN_SEQ_DIVERGED"
+    assert_code(_err(target, b, memory=mem), "SAN_SEQ_DIVERGED")
     # the lowest token index wins inside one check
-    e = _err(target, Batch.get_one([40, 1, -1]), n_vocab=32)
-    assert e.index == 0
+    assert_code(_err(target, Batch.get_one([40, 1, -1]), n_vocab=32), "SAN_TOKEN_RANGE", index=0)
 
 
 # ---- SAN-008 .. SAN-014: defaults ------------------------------------------------------------
@@ -418,11 +414,10 @@ def test_continuity(target: Any, case_code: tuple[BatchCase, str]) -> None:
 @pytest.mark.invariant("SAN-016")
 def test_continuity_examples(target: Any) -> None:
     e = _err(target, Batch.from_lists([1, 2, 3], pos=[0, 1, 3]))
-    assert (e.code, e.index, e.seq_id) == ("SAN_POS_GAP", 2, 0)
+    assert_code(e, "SAN_POS_GAP", index=2, seq_id=0)
     _ok(target, Batch.from_lists([1, 2, 3], pos=[0, 0, 1]))
     _ok(target, Batch.from_lists([1, 2, 3, 4], pos=[5, 5, 6, 6]))
-    e = _err(target, Batch.from_lists([1, 2, 3], pos=[0, 3, 1]))
-    assert (e.code, e.index) == ("SAN_POS_GAP", 1)
+    assert_code(_err(target, Batch.from_lists([1, 2, 3], pos=[0, 3, 1])), "SAN_POS_GAP", index=1)
 
 
 @pytest.mark.invariant("SAN-017")
@@ -440,7 +435,7 @@ def test_mrope_examples(target: Any) -> None:
     kw = {"n_pos_per_embd": 4, "memory": mem}
     _ok(target, Batch.from_lists([1, 2], pos=[15, 20]), **kw)  # forward jumps, no continuity
     _ok(target, Batch.from_lists([1, 2], pos=[10, 30]), **kw)
-    assert _err(target, Batch.from_lists([1, 2], pos=[9, 10]), **kw).code == "SAN_POS_MEMORY"
+    assert_code(_err(target, Batch.from_lists([1, 2], pos=[9, 10]), **kw), "SAN_POS_MEMORY")
     emb = np.zeros((1, 2), np.float32)
 
     def embd_at(p: int) -> Batch:
@@ -448,8 +443,7 @@ def test_mrope_examples(target: Any) -> None:
 
     _ok(target, embd_at(15), **kw)
     _ok(target, embd_at(9), **kw)  # one overlapping position is allowed for embeddings
-    e = _err(target, embd_at(8), **kw)
-    assert (e.code, e.index, e.seq_id) == ("SAN_POS_MEMORY", 0, 0)
+    assert_code(_err(target, embd_at(8), **kw), "SAN_POS_MEMORY", index=0, seq_id=0)
 
 
 @pytest.mark.invariant("SAN-018")
@@ -467,7 +461,7 @@ def test_coupled_memory(target: Any, case_code: tuple[BatchCase, str]) -> None:
 def test_coupled_memory_examples(target: Any) -> None:
     b = Batch.from_lists([1], pos=[6], seq_ids=[[0, 1]])
     e = _err(target, b, memory=RangeMemory({0: (0, 5), 1: (2, 5)}))
-    assert (e.code, e.index, e.seq_id) == ("SAN_SEQ_DIVERGED", 0, 1)
+    assert_code(e, "SAN_SEQ_DIVERGED", index=0, seq_id=1)
     _ok(target, b, memory=RangeMemory({0: (0, 5), 1: (0, 5)}))
 
 
@@ -489,7 +483,7 @@ def test_decreasing_examples(target: Any) -> None:
     assert outcome(target, case) == ("SAN_POS_DECREASING", "pos", 6, 0)
     _ok(target, Batch.from_lists([1, 2, 3], pos=[4, 4, 5]))
     e = _err(target, Batch.from_lists([1, 2, 3], pos=[5, 9, 7]), n_pos_per_embd=4)
-    assert (e.code, e.index) == ("SAN_POS_DECREASING", 2)
+    assert_code(e, "SAN_POS_DECREASING", index=2)
 
 
 @pytest.mark.invariant("SAN-020")
@@ -535,22 +529,14 @@ def _snapshot(b: Batch) -> dict[str, Any]:
 @given(st.one_of(valid_cases(), invalid_cases().map(lambda t: t[0])))
 @example(case=ex.GET_ONE)
 def test_inputs_never_modified(target: Any, case: BatchCase) -> None:
-    before = _snapshot(case.batch)
     mem = _RecordingMemory(dict(case.memory or {}))
-    mem_before = dict(mem.ranges)
     kw = case.kwargs()
     kw["memory"] = mem if case.memory is not None else None
-    try:
-        sb = target.batch_sanitize(case.batch, **kw)
-    except BatchError:
-        sb = None
-    after = _snapshot(case.batch)
-    for k, v in before.items():
-        w = after[k]
-        assert (v is None and w is None) or (
-            v is not None and w is not None and v.dtype == w.dtype and np.array_equal(v, w)
-        ), k
-    assert mem.ranges == mem_before
+    with unchanged(lambda: (_snapshot(case.batch), mem.ranges), "the input batch, the memory"):
+        try:
+            sb = target.batch_sanitize(case.batch, **kw)
+        except BatchError:
+            sb = None
     assert set(mem.calls) <= {"seq_pos_min", "seq_pos_max"}
     if sb is not None:
         for k in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits"):
@@ -608,7 +594,7 @@ def test_token_and_embd_batch(target: Any) -> None:
     assert np.array_equal(sb.batch.token, [3, 4]) and np.array_equal(sb.batch.embd, embd)
     assert np.array_equal(sb.batch.pos, [3, 4])  # one plane: token rules
     bad = Batch(token=np.array([3, 40], np.int32), embd=embd)
-    assert _err(target, bad).code == "SAN_TOKEN_RANGE"
+    assert_code(_err(target, bad), "SAN_TOKEN_RANGE")
 
 
 CODE_TABLE = {
@@ -629,15 +615,12 @@ CODE_TABLE = {
 @given(invalid_cases())
 def test_error_records(target: Any, case_code: tuple[BatchCase, str]) -> None:
     case, code = case_code
-    try:
+    with raises_code(code, exc=BatchError) as raised:
         sanitize(target, case)
-    except BatchError as e:
-        assert e.code == code
-        field, has_index, has_seq = CODE_TABLE[code]
-        assert e.field is not None and (field is None or e.field == field)
-        assert (e.index is not None) == has_index and (e.seq_id is not None) == has_seq
-        if has_index:
-            assert 0 <= e.index < case.batch.n_tokens  # type: ignore[operator]
-        assert e.message and code in str(e)
-    else:
-        raise AssertionError(f"accepted a batch breaking {code}")
+    e = raised.value
+    field, has_index, has_seq = CODE_TABLE[code]
+    assert e.field is not None and (field is None or e.field == field)
+    assert (e.index is not None) == has_index and (e.seq_id is not None) == has_seq
+    if has_index:
+        assert 0 <= e.index < case.batch.n_tokens
+    assert e.message and code in str(e)

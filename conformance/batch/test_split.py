@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_code, raises_code, unchanged
 from conformance.batch import examples as ex
 from conformance.batch.checks import (
     check_ubatch,
@@ -240,7 +241,7 @@ def test_sequential_refuses_coupled(target: Any) -> None:
     _, sp = _splitter(target, b)
     ub = sp.split_equal(4, True)
     assert ub.n_tokens == 0 and sp.n_used == 0 and list(sp.out_ids) == []
-    assert sp.last_error is not None and sp.last_error.code == "SPL_COUPLED_SEQUENTIAL"
+    assert_code(sp.last_error, "SPL_COUPLED_SEQUENTIAL")
     ub = sp.split_equal(4, False)
     assert (ub.n_tokens, ub.n_seqs, ub.n_seqs_unq) == (2, 1, 2)
     assert list(ub.seq_idx[:3]) == [0, 1, -1]
@@ -254,7 +255,7 @@ def test_sequential_refusal_property(target: Any, case: BatchCase, n_ubatch: int
     ub = sp.split_equal(n_ubatch, True)
     if sb.has_cpl:
         assert ub.n_tokens == 0 and sp.n_used == 0
-        assert sp.last_error is not None and sp.last_error.code == "SPL_COUPLED_SEQUENTIAL"
+        assert_code(sp.last_error, "SPL_COUPLED_SEQUENTIAL")
         assert sp.split_equal(n_ubatch, False).n_tokens > 0
     else:
         assert ub.n_tokens > 0 and sp.last_error is None
@@ -467,9 +468,8 @@ def test_split_argument_errors(target: Any) -> None:
             )
         )
     for call, code in calls:
-        with pytest.raises(BatchError) as info:
+        with raises_code(code, exc=BatchError):
             call()
-        assert info.value.code == code
         assert sp.n_used == 1 and list(sp.out_ids) == []  # state untouched
     assert [int(i) for i in sp.split_simple(5).idxs] == [1, 2]
 
@@ -510,9 +510,8 @@ def test_deterministic_and_read_only(
     target: Any, case: BatchCase, mode: str, n_ubatch: int
 ) -> None:
     sb = sanitize(target, case)
-    before = {k: np.array(getattr(sb.batch, k)) for k in ("pos", "seq_id", "n_seq_id", "logits")}
-    a = [summarize_ubatch(ub) for ub in _run(target.batch_splitter(sb), mode, n_ubatch)]
-    b = [summarize_ubatch(ub) for ub in _run(target.batch_splitter(sb), mode, n_ubatch)]
+    fields = ("pos", "seq_id", "n_seq_id", "logits")
+    with unchanged(lambda: {k: getattr(sb.batch, k) for k in fields}, "the sanitized batch"):
+        a = [summarize_ubatch(ub) for ub in _run(target.batch_splitter(sb), mode, n_ubatch)]
+        b = [summarize_ubatch(ub) for ub in _run(target.batch_splitter(sb), mode, n_ubatch)]
     assert a == b
-    for k, v in before.items():
-        assert np.array_equal(getattr(sb.batch, k), v)

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.decoder.helpers import batch, nmse, prompt
+from conformance.assertions import assert_nmse, unchanged
+from conformance.decoder.helpers import batch, prompt
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator
 
 pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops")
@@ -128,7 +129,7 @@ def test_each_step_reads_the_full_history_and_adds_one_entry(
             history[s].append(tok)
             fresh = new_ctx(n_batch=32)
             assert fresh.decode(batch(history[s])) == 0
-            assert nmse(fresh.get_logits_ith(-1), np.asarray(st.logits[s])) < F32
+            assert_nmse(fresh.get_logits_ith(-1), st.logits[s], F32, f"step {st.step} seq {s}")
 
 
 @pytest.mark.invariant("PHASE-011", "PHASE-020")
@@ -211,8 +212,8 @@ def test_cached_kv_equals_a_single_batch_prefill(
                 got_v.append(ctx.memory.v[layer][0, c].numpy())
                 ref_k.append(fresh.memory.k[layer][0, p].numpy())
                 ref_v.append(fresh.memory.v[layer][0, p].numpy())
-            assert nmse(np.stack(ref_k), np.stack(got_k)) < F32
-            assert nmse(np.stack(ref_v), np.stack(got_v)) < F32
+            assert_nmse(np.stack(ref_k), np.stack(got_k), F32, f"K seq {s} layer {layer}")
+            assert_nmse(np.stack(ref_v), np.stack(got_v), F32, f"V seq {s} layer {layer}")
 
 
 @pytest.mark.invariant("PHASE-014", "PHASE-021")
@@ -227,15 +228,18 @@ def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., G
     for s in range(4):
         ps = [p for st in res.trace for _, p in st.fed.get(s, [])]
         assert ps == list(range(len(ps)))
-    snap = {s: (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) for s in range(4)}
-    k0 = ctx.memory.k[0].clone()
+
+    def others() -> dict[int, Any]:
+        """Position range and layer-0 K rows of sequences 0..2."""
+        cells = ctx.memory.cells[0]
+        return {
+            s: ((ctx.seq_pos_min(s), ctx.seq_pos_max(s)), ctx.memory.k[0][0, cells.seq_cells(s)])
+            for s in range(3)
+        }
+
     # a further step on sequence 3 only leaves the others' entries bit-identical
-    assert ctx.decode(batch([7], seqs=[[3]], pos=[snap[3][1] + 1])) == 0
-    cells = ctx.memory.cells[0]
-    for s in range(3):
-        assert (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) == snap[s]
-        for c in cells.seq_cells(s):
-            assert np.array_equal(k0[0, c].numpy(), ctx.memory.k[0][0, c].numpy())
+    with unchanged(others, "sequences 0..2"):
+        assert ctx.decode(batch([7], seqs=[[3]], pos=[ctx.seq_pos_max(3) + 1])) == 0
 
 
 @pytest.mark.invariant("PHASE-015", "PHASE-016")
@@ -249,8 +253,8 @@ def test_a_sequence_decodes_the_same_alone_or_batched(
         rows_b = [np.asarray(st.logits[s]) for st in res.trace if s in st.logits]
         rows_a = [np.asarray(st.logits[0]) for st in alone.trace if 0 in st.logits]
         assert len(rows_a) == len(rows_b)
-        for a, b in zip(rows_a, rows_b):
-            assert nmse(a, b) < F32
+        for k, (a, b) in enumerate(zip(rows_a, rows_b)):
+            assert_nmse(a, b, F32, f"seq {s} row {k}")
 
 
 @pytest.mark.invariant("PHASE-017")
@@ -273,4 +277,5 @@ def test_batch_composition_does_not_change_a_sequence(
     )
     a = [np.asarray(st.logits[0]) for st in res.trace if 0 in st.logits]
     b = [np.asarray(st.logits[0]) for st in extra.trace if 0 in st.logits]
-    assert all(nmse(x, y) < F32 for x, y in zip(a, b))
+    for k, (x, y) in enumerate(zip(a, b)):
+        assert_nmse(x, y, F32, f"seq 0 row {k}")

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.decoder.helpers import batch, nmse, prompt
+from conformance.assertions import nmse
+from conformance.decoder.helpers import batch, prompt
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.gate import cached
 from reference_impl.generator import GenerationRequest, Generator

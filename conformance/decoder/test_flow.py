@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_code, unchanged
 from conformance.decoder.helpers import RETURN_CODES, batch, invalid, memory_view, prompt
 from reference_impl.batch.types import Batch
 from reference_impl.memory.status import ComputeStatus
@@ -28,6 +29,11 @@ def snapshot_state(ctx: Any, target: Any) -> Any:
     return view
 
 
+def observed(ctx: Any, target: Any, logits: Callable[[], Any]) -> dict[str, Any]:
+    """The memory (``snapshot_state``) and the logits a failed decode must leave as they were."""
+    return {"memory": snapshot_state(ctx, target), "logits": logits()}
+
+
 @pytest.mark.requires("decoder.memory_ops")
 @pytest.mark.uses("decoder.introspection")
 @pytest.mark.invariant("DEC-015")
@@ -36,10 +42,8 @@ def test_empty_batch_is_invalid_and_changes_nothing(
 ) -> None:
     ctx = new_ctx(n_batch=32)
     assert ctx.decode(batch(prompt(5), all_out=True)) == 0
-    before, logits = snapshot_state(ctx, target), ctx.get_logits()
-    assert ctx.decode(Batch.from_lists([])) == -1
-    assert snapshot_state(ctx, target) == before
-    assert np.array_equal(ctx.get_logits(), logits)
+    with unchanged(lambda: observed(ctx, target, ctx.get_logits), "the context"):
+        assert ctx.decode(Batch.from_lists([])) == -1
 
 
 INVALID_BATCHES = {
@@ -61,10 +65,8 @@ def test_rejected_batches_return_minus_one_and_change_nothing(
 ) -> None:
     ctx = new_ctx(n_batch=32, n_seq_max=2)
     assert ctx.decode(batch(prompt(6), all_out=True)) == 0
-    before, logits = snapshot_state(ctx, target), ctx.get_logits()
-    assert ctx.decode(INVALID_BATCHES[case](6)) == -1
-    assert snapshot_state(ctx, target) == before
-    assert np.array_equal(ctx.get_logits(), logits)
+    with unchanged(lambda: observed(ctx, target, ctx.get_logits), "the context"):
+        assert ctx.decode(INVALID_BATCHES[case](6)) == -1
 
 
 @pytest.mark.invariant("DEC-017", "DEC-014")
@@ -75,12 +77,7 @@ def test_token_outside_vocabulary_names_the_first_bad_token(
 ) -> None:
     ctx = new_ctx(n_batch=32)
     assert ctx.decode(batch(tokens)) == -1
-    err = ctx.last_error
-    assert err is not None and (err.code, err.field, err.index) == (
-        "SAN_TOKEN_RANGE",
-        "token",
-        index,
-    )
+    assert_code(ctx.last_error, "SAN_TOKEN_RANGE", field="token", index=index)
     assert ctx.seq_pos_max(0) == -1
     assert ctx.decode(batch(prompt(2))) == 0
     assert ctx.last_error is None
@@ -127,13 +124,12 @@ def test_decode_always_returns_a_documented_code(
 @pytest.mark.requires("decoder.errors", "decoder.memory_ops")
 def test_batch_larger_than_n_batch_is_invalid(new_ctx: Callable[..., Any], target: Any) -> None:
     ctx = new_ctx(n_batch=8, n_ubatch=4)
-    before = snapshot_state(ctx, target)
-    assert ctx.decode(batch(prompt(9))) == -1
-    assert (ctx.last_error.code, ctx.last_error.field) == ("DEC_BATCH_TOO_LARGE", "n_tokens")
-    assert snapshot_state(ctx, target) == before
+    with unchanged(lambda: snapshot_state(ctx, target), "memory"):
+        assert ctx.decode(batch(prompt(9))) == -1
+    assert_code(ctx.last_error, "DEC_BATCH_TOO_LARGE", field="n_tokens")
     # an oversized batch that is also invalid reports the sanitizer's code
     assert ctx.decode(batch([*prompt(8), -1])) == -1
-    assert ctx.last_error.code == "SAN_TOKEN_RANGE"
+    assert_code(ctx.last_error, "SAN_TOKEN_RANGE")
 
 
 @pytest.mark.uses("decoder.introspection")
@@ -143,10 +139,9 @@ def test_non_causal_batch_larger_than_n_ubatch_is_invalid(
     new_ctx: Callable[..., Any], target: Any
 ) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4, attention_type=1)
-    before = snapshot_state(ctx, target)
-    assert ctx.decode(batch(prompt(5))) == -1
-    assert ctx.last_error.code == "DEC_UBATCH_TOO_SMALL"
-    assert snapshot_state(ctx, target) == before
+    with unchanged(lambda: snapshot_state(ctx, target), "memory"):
+        assert ctx.decode(batch(prompt(5))) == -1
+    assert_code(ctx.last_error, "DEC_UBATCH_TOO_SMALL")
     assert ctx.decode(batch(prompt(4))) == 0
 
 
@@ -159,10 +154,9 @@ def test_embedding_rows_of_the_wrong_width_are_invalid(
     ctx = new_ctx(n_batch=16)
     good = np.zeros((2, 64), dtype=np.float32)  # the gqa fixture has n_embd 64
     bad = np.zeros((2, 63), dtype=np.float32)
-    before = snapshot_state(ctx, target)
-    assert ctx.decode(Batch(embd=bad)) == -1
-    assert ctx.last_error.code == "DEC_EMBD_WIDTH"
-    assert snapshot_state(ctx, target) == before
+    with unchanged(lambda: snapshot_state(ctx, target), "memory"):
+        assert ctx.decode(Batch(embd=bad)) == -1
+    assert_code(ctx.last_error, "DEC_EMBD_WIDTH")
     assert ctx.decode(Batch(embd=good)) == 0
 
 
@@ -199,12 +193,10 @@ def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
 ) -> None:
     ctx = new_ctx(n_ctx=256, n_batch=64, n_ubatch=16)
     _fill(ctx, 250, 64)
-    before, logits = snapshot_state(ctx, target), ctx.get_logits_ith(-1)
-    assert ctx.decode(batch(prompt(10))) == 1
-    assert snapshot_state(ctx, target) == before
-    assert np.array_equal(ctx.get_logits_ith(-1), logits)
+    with unchanged(lambda: observed(ctx, target, lambda: ctx.get_logits_ith(-1)), "the context"):
+        assert ctx.decode(batch(prompt(10))) == 1
     if target.has("decoder.errors"):
-        assert ctx.last_error.code == "DEC_NO_SLOT"
+        assert_code(ctx.last_error, "DEC_NO_SLOT")
     assert ctx.decode(batch(prompt(6))) == 0  # what fits still fits
     assert ctx.seq_pos_max(0) == 255
 
@@ -239,7 +231,7 @@ def test_failed_ubatch_stops_decode_and_rolls_back_its_sequences(
     target.inject_failure(ctx, 1, status)  # ubatch 1 of the next decode fails
     # tokens 0-3 -> ubatch 0, 4-7 -> ubatch 1 (fails), 8-9 -> ubatch 2 never runs
     assert ctx.decode(batch(prompt(10))) == code
-    assert ctx.last_error.code == {-2: "DEC_ALLOC_FAILED", -3: "DEC_COMPUTE_FAILED"}[code]
+    assert_code(ctx.last_error, {-2: "DEC_ALLOC_FAILED", -3: "DEC_COMPUTE_FAILED"}[code])
     assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (0, 3)  # ubatch 0 stays
     assert (ctx.seq_pos_min(1), ctx.seq_pos_max(1)) == (0, 2)  # other sequences untouched
     applies = [e for e in ctx.trace.of_call(ctx.trace.calls - 1) if e.kind == "apply"]
@@ -265,10 +257,9 @@ def test_abort_on_first_ubatch_returns_two_and_restores_memory(
 ) -> None:
     ctx = new_ctx(n_batch=32, n_ubatch=4)
     assert ctx.decode(batch(prompt(5))) == 0
-    before = memory_view(ctx)
     ctx.set_abort_callback(lambda: True)
-    assert ctx.decode(batch(prompt(10))) == 2
-    assert memory_view(ctx) == before
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        assert ctx.decode(batch(prompt(10))) == 2
 
 
 @pytest.mark.invariant("DEC-030")

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.decoder.helpers import batch, invalid, memory_view, nmse, prompt
+from conformance.assertions import assert_code, assert_nmse, nmse, raises_code, unchanged
+from conformance.decoder.helpers import batch, invalid, memory_view, prompt
 
 pytestmark = pytest.mark.requires("decoder.logits")
 
@@ -27,12 +28,11 @@ def test_unexpected_memory_status_is_minus_two_before_any_ubatch(
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
     assert ctx.decode(batch(prompt(3))) == 0
-    before = memory_view(ctx)
-    target.inject_fault(ctx, fault)
-    assert ctx.decode(batch(prompt(4))) == -2
-    assert ctx.last_error.code == "DEC_MEMORY_STATUS"
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        target.inject_fault(ctx, fault)
+        assert ctx.decode(batch(prompt(4))) == -2
+    assert_code(ctx.last_error, "DEC_MEMORY_STATUS")
     assert "apply" not in last_kinds(ctx)
-    assert memory_view(ctx) == before
 
 
 @pytest.mark.invariant("DEC-026")
@@ -44,12 +44,11 @@ def test_failed_output_reservation_is_minus_two_before_any_ubatch(
     target: Any,
 ) -> None:
     ctx = new_ctx(n_batch=16, trace=True)
-    before = memory_view(ctx)
-    target.inject_fault(ctx, "output_reserve")
-    assert ctx.decode(batch(prompt(4))) == -2
-    assert ctx.last_error.code == "DEC_OUTPUT_RESERVE"
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        target.inject_fault(ctx, "output_reserve")
+        assert ctx.decode(batch(prompt(4))) == -2
+    assert_code(ctx.last_error, "DEC_OUTPUT_RESERVE")
     assert "apply" not in last_kinds(ctx)
-    assert memory_view(ctx) == before
 
 
 @pytest.mark.invariant("DEC-032")
@@ -63,7 +62,7 @@ def test_ubatch_with_a_wrong_row_count_fails_and_rolls_back(
         ctx, "output_rows"
     )  # the first ubatch of the next decode extracts a row too few
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
-    assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
+    assert_code(ctx.last_error, "DEC_OUTPUT_COUNT")
     assert ctx.seq_pos_max(0) == 2  # the failed ubatch's positions 3.. are rolled back
     assert invalid(lambda: ctx.get_logits_ith(-1))
 
@@ -76,7 +75,7 @@ def test_total_row_count_is_checked_at_finalization(
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     target.inject_fault(ctx, "output_total")
     assert ctx.decode(batch(prompt(6), all_out=True)) == -3
-    assert ctx.last_error.code == "DEC_OUTPUT_COUNT"
+    assert_code(ctx.last_error, "DEC_OUTPUT_COUNT")
     assert invalid(lambda: ctx.get_logits_ith(0))
 
 
@@ -116,15 +115,14 @@ def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., A
     toks = prompt(7)
     ctx = new_ctx(n_batch=16, n_ubatch=16)
     assert ctx.decode(batch(prompt(2))) == 0
-    before = memory_view(ctx)
-    assert ctx.encode(batch(toks, out=[0] * 7)) == 0
-    assert memory_view(ctx) == before  # nothing left behind
+    with unchanged(lambda: memory_view(ctx), "memory"):  # nothing left behind
+        assert ctx.encode(batch(toks, out=[0] * 7)) == 0
     assert ctx.n_outputs() == 7  # every token is an output, in batch order
     assert ctx.output_ids()[:7].tolist() == list(range(7))
     fresh = new_ctx(n_batch=16, n_ubatch=16, attention_type=1)  # non-causal decode
     assert fresh.decode(batch(toks, all_out=True)) == 0
     for i in range(7):
-        assert nmse(fresh.get_logits_ith(i), ctx.get_logits_ith(i)) < 1e-9
+        assert_nmse(fresh.get_logits_ith(i), ctx.get_logits_ith(i), 1e-9, f"row {i}")
     causal = new_ctx(n_batch=16, n_ubatch=16)
     assert causal.decode(batch(toks, all_out=True)) == 0
     assert nmse(causal.get_logits_ith(0), ctx.get_logits_ith(0)) > 1e-6
@@ -135,7 +133,7 @@ def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., A
 def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.encode(batch(prompt(5))) == -1
-    assert ctx.last_error.code == "DEC_UBATCH_TOO_SMALL"
+    assert_code(ctx.last_error, "DEC_UBATCH_TOO_SMALL")
     assert ctx.encode(batch(prompt(4))) == 0
 
 
@@ -154,11 +152,7 @@ def test_sequences_with_a_sampler_have_an_output_limit(new_ctx: Callable[..., An
         prompt(4), seqs=[[0], [0], [1], [1]], pos=[0, 1, 0, 1], out=[1, 1, 1, 1]
     )
     assert ctx.decode(two_outputs_seq0) == -1
-    assert (ctx.last_error.code, ctx.last_error.seq_id, ctx.last_error.index) == (
-        "DEC_SEQ_OUTPUT_LIMIT",
-        0,
-        1,
-    )
+    assert_code(ctx.last_error, "DEC_SEQ_OUTPUT_LIMIT", seq_id=0, index=1)
     assert memory_view(ctx) == {0: (-1, -1), 1: (-1, -1)}
     # the sequence without a sampler is not limited
     assert (
@@ -187,6 +181,5 @@ def test_sampled_tokens_follow_the_row_mapping(new_ctx: Callable[..., Any]) -> N
     assert ctx.outputs.swaps  # emission order (0, 3, 6, 2, 5, 8) differs from batch order
     for i in (0, 2, 3, 5, 6, 8):
         assert ctx.get_sampled_token_ith(i) == int(np.argmax(ctx.get_logits_ith(i)))
-    with pytest.raises(Exception) as exc:
+    with raises_code("OUT_NOT_OUTPUT"):
         ctx.get_sampled_token_ith(1)  # not flagged
-    assert getattr(exc.value, "code", None) == "OUT_NOT_OUTPUT"

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.decoder.helpers import batch, nmse, prompt
+from conformance.assertions import assert_nmse, raises_code
+from conformance.decoder.helpers import batch, prompt
 from conformance.fixtures.gguf_models import fixture_path
 
 pytestmark = pytest.mark.requires("decoder.introspection")
@@ -60,7 +61,7 @@ def test_native_step_matches_the_torch_forward(
         b = batch(toks, seqs=seqs, pos=pos, all_out=True)
         assert ref.decode(b) == 0
         assert nat.decode(b) == 0
-        assert nmse(ref.get_logits(), nat.get_logits()) < 1e-9
+        assert_nmse(ref.get_logits(), nat.get_logits(), 1e-9, f"logits after {toks}")
         paths = _paths(nat)
         if len(toks) == 1:
             assert paths == ["native"], paths
@@ -77,7 +78,7 @@ def test_native_step_embeddings_match(new_ctx: Callable[..., Any]) -> None:
         b = batch(toks, seqs=seqs, pos=pos, all_out=True)
         assert ref.decode(b) == 0 and nat.decode(b) == 0
         for i in range(len(toks)):
-            assert nmse(ref.get_embeddings_ith(i), nat.get_embeddings_ith(i)) < 1e-9
+            assert_nmse(ref.get_embeddings_ith(i), nat.get_embeddings_ith(i), 1e-9, f"row {i}")
         if len(toks) == 1:
             assert _paths(nat) == ["native"]
     # the returned rows are the context's copies, not the step's reused buffer
@@ -102,8 +103,8 @@ def test_native_step_writes_exactly_the_slot_cell(
         b = batch(toks, seqs=seqs, pos=pos, all_out=True)
         assert ref.decode(b) == 0 and nat.decode(b) == 0
         after = _kv(nat)
-        for want, got in zip(_kv(ref), after, strict=True):
-            assert nmse(want.numpy(), got.numpy()) < 1e-9
+        for k, (want, got) in enumerate(zip(_kv(ref), after, strict=True)):
+            assert_nmse(want, got, 1e-9, f"K/V tensor {k} after {toks}")
         if len(toks) != 1:
             continue
         (cells,) = [
@@ -142,14 +143,12 @@ def test_decode_path_selection(new_ctx: Callable[..., Any]) -> None:
         assert words in ctx.native_reason
         assert ctx.decode(batch([7])) == 0
         assert _paths(ctx) == ["torch"]
-        with pytest.raises(DecoderError) as err:
+        with raises_code("DEC_NATIVE_UNAVAILABLE", field="decode_path", exc=DecoderError) as err:
             new_ctx("gqa", decode_path="native", **params)
-        assert err.value.code == "DEC_NATIVE_UNAVAILABLE" and err.value.field == "decode_path"
         assert words in str(err.value)
 
-    with pytest.raises(DecoderError) as err:
+    with raises_code("DEC_PARAM", field="decode_path", exc=DecoderError):
         new_ctx("gqa", decode_path="fast")
-    assert err.value.code == "DEC_PARAM" and err.value.field == "decode_path"
 
 
 @pytest.fixture

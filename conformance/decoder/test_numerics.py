@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.decoder.helpers import batch, nmse, prompt
+from conformance.assertions import assert_nmse
+from conformance.decoder.helpers import batch, prompt
 
 pytestmark = pytest.mark.requires("decoder.logits")
 
@@ -25,10 +26,10 @@ def test_prefill_then_decode_equals_full_recomputation(
     ref = full.get_logits()
     ctx = new_ctx(model, n_batch=32)
     assert ctx.decode(batch(toks[:16])) == 0
-    assert nmse(ref[15], ctx.get_logits_ith(-1)) < 1e-9
+    assert_nmse(ref[15], ctx.get_logits_ith(-1), 1e-9, "prefill row 15")
     for j in range(16, 24):
         assert ctx.decode(batch([toks[j]])) == 0
-        assert nmse(ref[j], ctx.get_logits_ith(0)) < 1e-9
+        assert_nmse(ref[j], ctx.get_logits_ith(0), 1e-9, f"step row {j}")
 
 
 @pytest.mark.invariant("DEC-056")
@@ -47,7 +48,7 @@ def test_logits_do_not_depend_on_the_split(
     assert ctx.decode(b) == 0
     assert ctx.get_logits().shape == one.get_logits().shape
     for i in range(n):
-        assert nmse(one.get_logits_ith(i), ctx.get_logits_ith(i)) < 1e-9
+        assert_nmse(one.get_logits_ith(i), ctx.get_logits_ith(i), 1e-9, f"row {i}")
     assert not np.array_equal(one.get_logits_ith(0), one.get_logits_ith(3))  # rows differ
 
 
@@ -71,7 +72,7 @@ def test_triton_attention_backend_matches_the_torch_path(
             paths = {r.path for r in ctx.kernel_trace}
             assert paths == {"triton-" + backend.split("-")[1]}, paths  # the fused kernel ran
             assert len(ctx.kernel_trace) == 2 * (2 + 4)  # 2 layers x (2 prefill ubatches + 4 steps)
-    assert nmse(rows["torch"], rows[backend]) < 1e-10
+    assert_nmse(rows["torch"], rows[backend], 1e-10, f"{backend} vs torch")
 
 
 @pytest.mark.requires("decoder.kv_dtype", "decoder.native")
@@ -92,5 +93,5 @@ def test_float16_kv_cache_decodes_like_float32(
             assert ctx.decode(batch([t], pos=[14 + j])) == 0
             out.append(ctx.get_logits())
         rows[dtype] = np.concatenate(out)
-    assert nmse(rows[torch.float32], rows[torch.float16]) < 1e-6
+    assert_nmse(rows[torch.float32], rows[torch.float16], 1e-6, "float16 vs float32 K/V")
     assert not np.array_equal(rows[torch.float32], rows[torch.float16])  # the cache did round

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.assertions import assert_code
 from conformance.decoder.helpers import batch, invalid, prompt
 from conformance.gate import release
 
@@ -117,8 +118,5 @@ def test_more_sequences_than_output_rows_is_refused_at_creation(
     with pytest.raises(Exception) as exc:
         new_ctx(n_seq_max=128, n_batch=64, kv_unified=True)
     if target.has("decoder.errors"):
-        assert (getattr(exc.value, "code", None), getattr(exc.value, "field", None)) == (
-            "DEC_N_OUTPUTS_MAX",
-            "n_seq_max",
-        )
+        assert_code(exc.value, "DEC_N_OUTPUTS_MAX", field="n_seq_max")
     assert new_ctx(n_seq_max=64, n_batch=64, kv_unified=True).n_seq_max() == 64

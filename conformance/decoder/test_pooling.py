@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.decoder.helpers import batch, invalid, nmse, prompt
+from conformance.assertions import assert_nmse, nmse, raises_code
+from conformance.decoder.helpers import batch, invalid, prompt
 from reference_impl.decoder.pooling import PoolingType
 
 pytestmark = pytest.mark.requires("decoder.embeddings")
@@ -64,7 +65,7 @@ def test_none_pooling_gives_final_hidden_states(
     assert ctx.decode(batch(prompt(5))) == 0
     w_out = target.model_tensor(load("gqa"), "output.weight")  # [n_vocab, n_embd]
     for i in range(5):
-        assert nmse(ctx.get_logits_ith(i), w_out @ ctx.get_embeddings_ith(i)) < 1e-10
+        assert_nmse(ctx.get_logits_ith(i), w_out @ ctx.get_embeddings_ith(i), 1e-10, f"row {i}")
     assert invalid(lambda: ctx.get_embeddings_seq(0))
 
 
@@ -77,7 +78,7 @@ def test_mean_pooling_averages_every_listed_token(new_ctx: Callable[..., Any]) -
         rows = [i for i, ss in enumerate(SEQS) if s in ss]
         got = ctx.get_embeddings_seq(s)
         assert got.shape == (64,)
-        assert nmse(emb[rows].mean(axis=0), got) < 1e-10
+        assert_nmse(emb[rows].mean(axis=0), got, 1e-10, f"seq {s}")
 
 
 @pytest.mark.requires("decoder.logits")
@@ -108,9 +109,8 @@ def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..
 def test_rank_pooling_without_classifier_is_refused(
     target: Any, load: Callable[[str], Any]
 ) -> None:
-    with pytest.raises(Exception) as exc:
+    with raises_code("DEC_POOLING_UNSUPPORTED"):
         target.new_context(load("gqa"), n_ctx=256, embeddings=True, pooling=RANK)
-    assert getattr(exc.value, "code", None) == "DEC_POOLING_UNSUPPORTED"
 
 
 @pytest.mark.requires("decoder.logits")
@@ -122,7 +122,7 @@ def test_split_sequence_pools_over_its_last_ubatch(new_ctx: Callable[..., Any]) 
     none = new_ctx(n_batch=16, n_ubatch=4, embeddings=True, pooling=NONE)
     assert none.decode(batch(toks)) == 0
     emb = np.stack([none.get_embeddings_ith(i) for i in range(6)])
-    assert nmse(emb[4:6].mean(axis=0), ctx.get_embeddings_seq(0)) < 1e-10
+    assert_nmse(emb[4:6].mean(axis=0), ctx.get_embeddings_seq(0), 1e-10, "last ubatch mean")
     assert nmse(emb.mean(axis=0), ctx.get_embeddings_seq(0)) > 1e-6
 
 
@@ -150,9 +150,8 @@ def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> No
     assert np.array_equal(last_s0, ctx.get_logits_ith(9))
     ctx2 = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True)
     assert ctx2.decode(batch(TOKENS, seqs=SEQS, pos=POS, out=[1] + [0] * 9)) == 0
-    with pytest.raises(Exception) as exc:
+    with raises_code("OUT_NO_SEQ_ROW"):
         ctx2.seq_output_rows(2)
-    assert getattr(exc.value, "code", None) == "OUT_NO_SEQ_ROW"
 
 
 @pytest.mark.requires("decoder.logits")

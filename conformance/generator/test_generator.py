@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.assertions import assert_nmse, raises_code, unchanged
 from conformance.decoder.helpers import memory_view, prompt
 from reference_impl.errors import GeneratorError
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator, TraceStep
@@ -41,21 +42,19 @@ def test_invalid_requests_are_refused_before_any_decode(
 ) -> None:
     gen = make_gen(n_seq_max=4)
     assert gen.ctx.decode is not None
-    before = memory_view(gen.ctx)
-    with pytest.raises(GeneratorError) as exc:
+    where: dict[str, Any] = {"seq_id": 0, "index": 1} if code == "GEN_TOKEN_RANGE" else {}
+    with (
+        unchanged(lambda: memory_view(gen.ctx), "memory"),
+        raises_code(code, exc=GeneratorError, **where),
+    ):
         run(gen, **kwargs)
-    assert exc.value.code == code
-    assert memory_view(gen.ctx) == before
-    if code == "GEN_TOKEN_RANGE":
-        assert (exc.value.seq_id, exc.value.index) == (0, 1)
 
 
 @pytest.mark.invariant("GEN-020")
 def test_more_prompts_than_n_ubatch_is_refused(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=4, n_ubatch=2)
-    with pytest.raises(GeneratorError) as exc:
+    with raises_code("GEN_UBATCH_TOO_SMALL", exc=GeneratorError):
         run(gen, prompts=[[5], [6], [7]])
-    assert exc.value.code == "GEN_UBATCH_TOO_SMALL"
 
 
 @pytest.mark.invariant("GEN-002", "GEN-003", "GEN-004")
@@ -77,11 +76,9 @@ def test_prefill_feeds_prompts_from_empty_sequences(make_gen: Callable[..., Gene
         assert pre.chosen[s] == int(np.argmax(row))
     # the prefill logits equal a fresh context's last-token logits for that prompt alone
     alone = make_gen(n_seq_max=1)
-    from conformance.decoder.helpers import nmse
-
     for s in range(3):
         r = run(alone, prompts=[prompts[s]], max_tokens=1)
-        assert nmse(np.asarray(r.trace[0].logits[0]), np.asarray(pre.logits[s])) < 1e-9
+        assert_nmse(r.trace[0].logits[0], pre.logits[s], 1e-9, f"prefill row of seq {s}")
 
 
 @pytest.mark.invariant("GEN-005", "GEN-013")
@@ -162,9 +159,8 @@ def test_failed_decode_ends_generation_with_its_code(make_gen: Callable[..., Gen
         return bool(gen.ctx.seq_pos_max(0) == 5)
 
     gen.ctx.set_abort_callback(abort_at_position_5)
-    with pytest.raises(GeneratorError) as exc:
+    with raises_code("GEN_DECODE_FAILED", exc=GeneratorError) as exc:
         run(gen, prompts=[prompt(4)], max_tokens=8)
-    assert exc.value.code == "GEN_DECODE_FAILED"
     assert exc.value.decode_code == 2
     assert exc.value.trace is not None and exc.value.trace[-1].phase == "error"
     assert exc.value.trace[-1].calls[-1]["code"] == 2

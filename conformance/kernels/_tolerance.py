@@ -1,7 +1,8 @@
-"""Error metrics and the per-dtype tolerances of spec/kernels.md (section *Tolerances*).
+"""The per-dtype tolerances of spec/kernels.md (section *Tolerances*) and the check applying them.
 
-NMSE follows llama.cpp's test-backend-ops: ``Σ(ref − out)² / Σ ref²`` with ``ref`` the float64
-oracle. Max-abs is relative to the output's magnitude: ``max|ref − out| / max(1, max|ref|)``.
+Errors are measured against the float64 oracle with the suite's one NMSE
+(``conformance.assertions.nmse``: ``Σ(out − ref)² / Σ ref²``, llama.cpp's test-backend-ops
+metric) and a max-abs relative to the output's magnitude: ``max|ref − out| / max(1, max|ref|)``.
 Both must hold. The table is keyed by the dtype of the decode output (= the query's dtype);
 tests/kernels/test_tolerance_table.py keeps it equal to the table in the spec.
 """
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from conformance.assertions import as_f64, assert_finite, max_abs_diff, nmse
 
 
 @dataclass(frozen=True)
@@ -26,44 +29,27 @@ TOLERANCES: dict[str, Tolerance] = {
 }
 
 
-def _np(x: object) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().double().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
-
-
-def as_array(x: object) -> np.ndarray:
-    """A tensor or array as a float64 numpy array on the CPU (to serve as a reference)."""
-    return _np(x)
-
-
-def nmse(ref: object, out: object) -> float:
-    r, o = _np(ref), _np(out)
-    num = float(np.sum((r - o) ** 2))
-    den = float(np.sum(r**2))
-    return num / den if den > 0 else num
-
-
 def max_abs(ref: object, out: object) -> float:
-    r, o = _np(ref), _np(out)
+    """The spec's max-abs: ``max|ref − out| / max(1, max|ref|)`` (0.0 for empty arrays)."""
+    r = as_f64(ref)
     if r.size == 0:
         return 0.0
-    return float(np.max(np.abs(r - o))) / max(1.0, float(np.max(np.abs(r))))
+    return max_abs_diff(r, out) / max(1.0, float(np.max(np.abs(r))))
 
 
 LONG_CONTEXT = 20000  # beyond this many keys the NMSE bound grows linearly (llama.cpp FA rule)
 
 
-def assert_close(
+def assert_within(
     out: torch.Tensor, ref: object, what: str = "", n_keys: int = 0
 ) -> tuple[float, float]:
     """Fail with a diagnostic unless ``out`` is within its dtype's tolerance of ``ref``."""
-    o = _np(out)
-    r = _np(ref)
-    assert o.shape == r.shape, f"{what}: shape {o.shape} != oracle {r.shape}"
-    assert np.isfinite(o).all(), (
-        f"{what}: output holds NaN/inf at {np.argwhere(~np.isfinite(o))[:5].tolist()}"
-    )
+    __tracebackhide__ = True
+    o = as_f64(out)
+    r = as_f64(ref)
+    if o.shape != r.shape:
+        raise AssertionError(f"{what}: shape {o.shape} != oracle {r.shape}")
+    assert_finite(o, f"{what} output")
     tol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
     nmse_bound = tol.nmse * max(1.0, n_keys / LONG_CONTEXT)
     e_nmse, e_abs = nmse(r, o), max_abs(r, o)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
-import pytest
-
+from conformance.assertions import raises_code, unchanged
 from conformance.strategies.kv import run_of, state_tuple, ubatch_from_lists
 
 
@@ -35,11 +35,27 @@ def stream(cache: Any, stream: int = 0) -> Any:
     return cache.state().streams[stream]
 
 
-def expect_code(cache: Any, code: str, fn: Any, *args: Any) -> Any:
-    """Call must raise an error with ``code`` and leave the cache exactly as it was."""
-    before = state_tuple(cache.state())
-    with pytest.raises(Exception) as info:
+_STREAM_FIELDS = ("pos", "seqs", "shift", "ext", "head", "used", "has_shift")
+
+
+def cache_state(cache: Any) -> dict[str, Any]:
+    """``state_tuple`` with names, so that a difference reads ``['streams'][0]['pos'][6]``."""
+    state: Any = state_tuple(cache.state())
+    streams, pending = state
+    return {
+        "streams": [dict(zip(_STREAM_FIELDS, s, strict=True)) for s in streams],
+        "pending_copies": pending,
+    }
+
+
+def unchanged_cache(cache: Any, what: str = "the cache") -> AbstractContextManager[object]:
+    """``unchanged`` over the cache's whole state (cells, heads, flags, pending copies)."""
+    return unchanged(lambda: cache_state(cache), what)
+
+
+def expect_code(cache: Any, code: str, fn: Any, *args: Any, **where: Any) -> Any:
+    """``fn(*args)`` must raise an error with ``code`` (and the field / index / seq_id given in
+    ``where``) and leave the cache exactly as it was; returns the error."""
+    with unchanged_cache(cache, f"{code}: the cache"), raises_code(code, **where) as raised:
         fn(*args)
-    assert getattr(info.value, "code", None) == code, f"expected {code}, got {info.value!r}"
-    assert state_tuple(cache.state()) == before, f"{code}: the failed call changed the cache"
-    return info.value
+    return raised.value

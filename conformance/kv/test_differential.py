@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from conformance.assertions import nmse
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.gate import cached, release
-from conformance.model.oracle import nmse
 from conformance.strategies.kv import (
     Clear,
     Decode,

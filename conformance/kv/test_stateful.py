@@ -24,6 +24,8 @@ from hypothesis.stateful import (
 )
 
 from conformance import hypothesis_profiles
+from conformance.assertions import assert_unchanged
+from conformance.kv.helpers import cache_state, expect_code, unchanged_cache
 from conformance.strategies.kv import (
     Clear,
     Decode,
@@ -66,10 +68,6 @@ FAMILIES = {
         swa_type=st.sampled_from([0, 1]),
     ).filter(lambda c: (c.n_swa == 0) == (c.swa_type == 0)),
 }
-
-
-def _code(exc: BaseException) -> str | None:
-    return getattr(exc, "code", None)
 
 
 class KVMachine(RuleBasedStateMachine):
@@ -124,13 +122,7 @@ class KVMachine(RuleBasedStateMachine):
         self.trace.append(op.as_dict())
 
     def expect_error(self, code: str, fn: Any, *args: Any) -> None:
-        before = state_tuple(self.cache.state())
-        with pytest.raises(Exception) as info:
-            fn(*args)
-        assert _code(info.value) == code, f"expected {code}, got {info.value!r}"
-        assert state_tuple(self.cache.state()) == before, (
-            f"{code}: the failed call changed the cache"
-        )
+        expect_code(self.cache, code, fn, *args)
 
     def pos_bound(self) -> int:
         return max([self.m.seq_pos_max(s) for s in self.seqs()] + [0]) + 3
@@ -181,8 +173,6 @@ class KVMachine(RuleBasedStateMachine):
         op = self.draw_decode(data)
         self.record(op)
         ubatches = op.ubatches()
-        before = state_tuple(self.cache.state())
-
         sim = self.m.copy()
         want_slots: list[Any] | None = []
         for toks, g in zip(op.tokens, op.groups):
@@ -194,8 +184,8 @@ class KVMachine(RuleBasedStateMachine):
             want_slots.append(slot)
             sim.apply(slot, toks)
 
-        slots = self.cache.prepare(ubatches)
-        assert state_tuple(self.cache.state()) == before, "prepare changed the cache"
+        with unchanged_cache(self.cache, "the cache after prepare") as before:
+            slots = self.cache.prepare(ubatches)
         got = (
             None
             if slots is None
@@ -222,7 +212,7 @@ class KVMachine(RuleBasedStateMachine):
             for undo in reversed(undos):
                 self.cache.restore(undo)
             self.model = saved
-            assert state_tuple(self.cache.state()) == before, "restore did not bring the state back"
+            assert_unchanged(before, cache_state(self.cache), "the cache after restore")
 
     def check_kq_mask(self, ub: Any, toks: Any, groups: int, n_kv: int) -> None:
         for causal in (True, False):

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import raises_code
 from conformance.kv_quant import oracle
 from conformance.snapshots import array_record
 from conformance.strategies import kernels as ks
@@ -200,9 +201,8 @@ def test_bad_input_raises(
     target: Any, impls: tuple[str, ...], x: torch.Tensor, kind: str, qblock: int, code: str
 ) -> None:
     for impl in impls:
-        with pytest.raises(EngineError) as err:
+        with raises_code(code, exc=EngineError, what=impl):
             target.kv_quantize(x, kind, qblock, impl)
-        assert err.value.code == code, f"{impl}: {err.value}"
 
 
 @pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003")

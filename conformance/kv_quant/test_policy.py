@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.assertions import raises_code
 from conformance.strategies import kernels as ks
 from conformance.strategies import kv_quant as qs
 from reference_impl.errors import EngineError
@@ -16,10 +17,10 @@ from reference_impl.errors import EngineError
 CANONICAL = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=128"
 
 
-def _error(target: Any, text: str) -> EngineError:
-    with pytest.raises(EngineError) as err:
+def _refused(target: Any, text: str, code: str, field: str | None) -> None:
+    """parse_kv_policy(text) must raise ``code`` naming ``field``."""
+    with raises_code(code, field=field, exc=EngineError, what=repr(text)):
         target.parse_kv_policy(text)
-    return err.value
 
 
 @pytest.mark.requires("kv_quant.policy")
@@ -101,8 +102,7 @@ def test_residual_len_alias_and_default_block(target: Any) -> None:
     ],
 )
 def test_unknown_kind(target: Any, text: str, field: str) -> None:
-    err = _error(target, text)
-    assert (err.code, err.field) == ("QNT_POLICY_UNKNOWN_KIND", field), str(err)
+    _refused(target, text, "QNT_POLICY_UNKNOWN_KIND", field)
 
 
 @pytest.mark.requires("kv_quant.policy")
@@ -120,8 +120,7 @@ def test_unknown_kind(target: Any, text: str, field: str) -> None:
     ],
 )
 def test_bad_block_size(target: Any, text: str, field: str) -> None:
-    err = _error(target, text)
-    assert (err.code, err.field) == ("QNT_POLICY_BAD_BLOCK", field), str(err)
+    _refused(target, text, "QNT_POLICY_BAD_BLOCK", field)
 
 
 @pytest.mark.requires("kv_quant.policy")
@@ -137,8 +136,7 @@ def test_bad_block_size(target: Any, text: str, field: str) -> None:
     ],
 )
 def test_missing_key(target: Any, text: str, field: str) -> None:
-    err = _error(target, text)
-    assert (err.code, err.field) == ("QNT_POLICY_MISSING_KEY", field), str(err)
+    _refused(target, text, "QNT_POLICY_MISSING_KEY", field)
 
 
 @pytest.mark.requires("kv_quant.policy")
@@ -163,8 +161,7 @@ def test_missing_key(target: Any, text: str, field: str) -> None:
     ],
 )
 def test_malformed_policy(target: Any, text: str, code: str, field: str | None) -> None:
-    err = _error(target, text)
-    assert (err.code, err.field) == (code, field), str(err)
+    _refused(target, text, code, field)
 
 
 @pytest.mark.requires("kv_quant.formats")

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.assertions import nmse
 from conformance.fixtures.gguf_models import FIXTURES, fixture_path
 from conformance.gate import cached
-from conformance.model import oracle
 from conformance.model.test_forward import PROMPTS, greedy
 from reference_impl.batch.types import Batch
 
@@ -69,7 +69,7 @@ def test_logits_match_peer(
     for label, tokens in PROMPTS.items():
         ours = np.asarray(target.forward_logits(load(name), tokens))
         theirs = decoded_logits(peer, name, tokens, n_ubatch)
-        err = oracle.nmse(theirs, ours)
+        err = nmse(theirs, ours)
         worst = max(worst, err)
         assert err <= NMSE_BAR, f"{name}/{label}: NMSE vs the peer {err:.3e}"
     request.node.user_properties.append(("nmse_vs_peer", worst))  # for reports

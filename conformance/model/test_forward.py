@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.assertions import assert_finite, assert_nmse, raises_code
 from conformance.fixtures.gguf_models import TINY_FIXTURES
 from conformance.model import oracle
 
@@ -27,7 +28,7 @@ def _logits(target: Any, handle: Any, tokens: list[int]) -> np.ndarray:
     out = np.asarray(target.forward_logits(handle, tokens))
     assert out.dtype == np.float32
     assert out.shape == (len(tokens), target.model_info(handle)["n_vocab"])
-    assert np.isfinite(out).all()
+    assert_finite(out, "logits")
     return out
 
 
@@ -37,9 +38,7 @@ def _check_vs_oracle(
     handle = load(name)
     for label, tokens in PROMPTS.items():
         got = _logits(target, handle, tokens)
-        want = oracle.forward(path, tokens)
-        err = oracle.nmse(want, got)
-        assert err <= bar, f"{name}/{label}: NMSE {err:.3e} > {bar:g}"
+        assert_nmse(oracle.forward(path, tokens), got, bar, f"{name}/{label}")
 
 
 @pytest.mark.invariant("GGUF-020")
@@ -74,9 +73,7 @@ def test_prefix_logits_equal_leading_rows(
     tokens = PROMPTS["long"]
     full = _logits(target, handle, tokens)
     for k in (1, 2, 7, len(tokens) - 1):
-        part = _logits(target, handle, tokens[:k])
-        err = oracle.nmse(full[:k], part)
-        assert err <= 1e-8, f"prefix {k}: NMSE {err:.3e}"
+        assert_nmse(full[:k], _logits(target, handle, tokens[:k]), 1e-8, f"prefix {k}")
 
 
 @pytest.mark.invariant("GGUF-024")
@@ -116,7 +113,5 @@ def test_token_outside_vocab_refused(bad: int, target: Any, load: Callable[[str]
 @pytest.mark.invariant("GGUF-026")
 @pytest.mark.requires("model.errors")
 def test_token_outside_vocab_error_code(target: Any, load: Callable[[str], Any]) -> None:
-    with pytest.raises(Exception) as info:
+    with raises_code("MODEL_TOKEN_RANGE", index=2):
         target.forward_logits(load("mha"), [1, 290, 508, 97])
-    assert getattr(info.value, "code", None) == "MODEL_TOKEN_RANGE"
-    assert getattr(info.value, "index", None) == 2

@@ -24,7 +24,7 @@ def _signature(owner: type, name: str) -> str:
     if isinstance(fn, property):
         return f"`{name}`"
     params = list(inspect.signature(fn).parameters.values())[1:]
-    shown = []
+    shown: list[str] = []
     for p in params:
         if (
             p.kind is p.KEYWORD_ONLY

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import raises_code
 from conformance.sampling.support import (
     apply_once,
     candidates,
@@ -152,9 +153,8 @@ def test_sample_without_selection_fails_and_restores(
     target.sampler_accept(chain, 9)
     witness = target.sampler_clone(chain)
     try:
-        with pytest.raises(SamplingError) as info:
+        with raises_code("SMP_NO_SELECTION", exc=SamplingError):
             target.sampler_sample(chain, logits)
-        assert info.value.code == "SMP_NO_SELECTION"
         probe = candidates(logits_from_seed(1, 1000, 1.0))
         for _ in range(3):
             assert same_array(

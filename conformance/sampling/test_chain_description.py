@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from conformance.assertions import raises_code
 from conformance.sampling.support import needs_samplers
 from reference_impl.errors import SamplingError
 
@@ -58,9 +59,8 @@ def test_malformed_chain_descriptions(
     target: Any, case: tuple[str, Any, str, str, int | None]
 ) -> None:
     _, spec, code, field, index = case
-    with pytest.raises(SamplingError) as info:
+    with raises_code(code, field=field, index=index, exc=SamplingError):
         target.sampler_chain_init(spec)
-    assert (info.value.code, info.value.field, info.value.index) == (code, field, index)
 
 
 @pytest.mark.invariant("SMP-060")
@@ -100,13 +100,11 @@ def test_well_formed_variants_are_accepted(target: Any) -> None:
     ],
 )
 def test_penalty_values_must_be_finite(target: Any, param: str, value: float) -> None:
-    with pytest.raises(SamplingError) as info:
+    with raises_code("SMP_PARAM", field=f"spec[0].{param}", exc=SamplingError):
         target.sampler_chain_init([["penalties", {"last_n": 8, param: value}]])
-    assert (info.value.code, info.value.field) == ("SMP_PARAM", f"spec[0].{param}")
     key = f"penalty_{param}"
-    with pytest.raises(SamplingError) as info:
+    with raises_code("SMP_PARAM", field=f"params.{key}", exc=SamplingError):
         target.sampler_chain_init_default({key: value})
-    assert (info.value.code, info.value.field) == ("SMP_PARAM", f"params.{key}")
 
 
 @pytest.mark.invariant("SMP-062")
@@ -125,9 +123,8 @@ def test_penalty_values_must_be_finite(target: Any, param: str, value: float) ->
 def test_default_chain_parameters_are_checked(
     target: Any, params: dict[str, Any], code: str, field: str
 ) -> None:
-    with pytest.raises(SamplingError) as info:
+    with raises_code(code, field=field, exc=SamplingError):
         target.sampler_chain_init_default(params)
-    assert (info.value.code, info.value.field) == (code, field)
     # disabled forms of the same samplers are fine
     target.sampler_free(
         target.sampler_chain_init_default(

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_close
 from conformance.sampling.support import apply_once, chain_of, describe, from_probs, needs_samplers
 from conformance.strategies.sampling import logits_from_seed, tied_logits_rows, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
@@ -80,7 +81,7 @@ def test_golden_vectors(
         target.sampler_accept(chain, token)
     out = target.sampler_apply(chain, from_probs(probs))
     assert out.size == len(expected), describe(out)
-    np.testing.assert_allclose(out.p, expected, atol=1e-5, rtol=0)
+    assert_close(expected, out.p, atol=1e-5, rtol=0, what="p")
 
 
 @pytest.mark.invariant("SMP-040")
@@ -142,9 +143,9 @@ def test_temp_ext_scales_by_entropy(
     lo, hi = max(0.0, float(F32(t)) - float(F32(delta))), float(F32(t)) + float(F32(delta))
     dyn = lo + (hi - lo) * (entropy / math.log(cur.size)) ** float(F32(exponent))
     assert out.sorted is True and np.array_equal(out.ids, cur.ids[order])
-    np.testing.assert_allclose(out.logits, logits / dyn, rtol=2e-5, atol=1e-6)
+    assert_close(logits / dyn, out.logits, atol=1e-6, rtol=2e-5, what="logits")
     scaled = np.exp(logits / dyn - logits[0] / dyn)
-    np.testing.assert_allclose(out.p, scaled / scaled.sum(), rtol=1e-4, atol=1e-7)
+    assert_close(scaled / scaled.sum(), out.p, atol=1e-7, rtol=1e-4, what="p")
 
 
 @pytest.mark.invariant("SMP-043")
@@ -173,7 +174,7 @@ def test_penalties_rewrite_only_seen_tokens(
             lg = lg * float(F32(repeat)) if lg <= 0 else lg / float(F32(repeat))
             expected[row] = lg - (c * float(F32(freq)) + float(F32(present)))
     assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.p, cur.p)
-    np.testing.assert_allclose(out.logits, expected, rtol=1e-6, atol=1e-6)
+    assert_close(expected, out.logits, atol=1e-6, rtol=1e-6, what="logits")
     untouched = ~np.isin(cur.ids, history)
     assert np.array_equal(out.logits[untouched], cur.logits[untouched])
     assert out.sorted is False

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_close
 from conformance.sampling.support import apply_once, chain_of, describe, needs_samplers
 from conformance.strategies.sampling import seeds, tied_logits_rows, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
@@ -50,7 +51,7 @@ def test_dist_normalises_and_selects_a_positive_row(
     assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.logits, cur.logits)
     assert out.sorted == cur.sorted
     assert abs(float(np.sum(out.p, dtype=np.float64)) - 1.0) < 1e-5
-    np.testing.assert_allclose(out.p, _softmax64(cur.logits), rtol=2e-5, atol=1e-7)
+    assert_close(_softmax64(cur.logits), out.p, atol=1e-7, rtol=2e-5, what="p")
     assert 0 <= out.selected < out.size and out.p[out.selected] > 0, describe(out)
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from conformance.assertions import assert_close
 from conformance.sampling.support import apply_once, describe, from_probs, needs_samplers
 from conformance.strategies.sampling import token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
@@ -67,7 +68,7 @@ def test_golden_vectors(
 ) -> None:
     out = apply_once(target, spec, from_probs(probs))
     assert out.size == len(expected), describe(out)
-    np.testing.assert_allclose(out.p, expected, atol=1e-5, rtol=0)
+    assert_close(expected, out.p, atol=1e-5, rtol=0, what="p")
 
 
 def _queue_tester(n_vocab: int) -> TokenDataArray:
@@ -205,7 +206,7 @@ def test_top_p_keeps_the_shortest_prefix_reaching_p(
     expected = int(reach[0]) + 1 if reach.size else cur.size
     assert out.size == expected and out.sorted is True, describe(out)
     assert np.array_equal(out.ids, cur.ids[order[:expected]])
-    np.testing.assert_allclose(out.p, q[order[:expected]], rtol=1e-5, atol=1e-7)
+    assert_close(q[order[:expected]], out.p, atol=1e-7, rtol=1e-5, what="p")
 
 
 @pytest.mark.invariant("SMP-031")
@@ -279,7 +280,7 @@ def test_typical_keeps_the_most_typical_rows(
     out = apply_once(target, [["typical", {"p": p, "min_keep": min_keep}]], cur)
     assert out.sorted is False
     assert np.array_equal(out.ids, cur.ids[keep]), describe(out)
-    np.testing.assert_allclose(out.p, q[keep], rtol=1e-5, atol=1e-7)
+    assert_close(q[keep], out.p, atol=1e-7, rtol=1e-5, what="p")
 
 
 @pytest.mark.invariant("SMP-034")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from conformance.assertions import assert_nmse
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.model import oracle
 from reference_impl.errors import BatchError
@@ -60,10 +61,6 @@ class Cache:
         )
 
 
-def _nmse(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> float:
-    return oracle.nmse(np.asarray(a), np.asarray(b))
-
-
 @pytest.mark.parametrize("chunks", [[16], [1] * 16, [5, 1, 7, 3], [8, 8]])
 def test_cached_steps_equal_full_sequence(model: Model, chunks: list[int]) -> None:
     full = model.forward(TOKENS)
@@ -73,16 +70,16 @@ def test_cached_steps_equal_full_sequence(model: Model, chunks: list[int]) -> No
     for c in chunks:
         rows.append(cache.step(model, TOKENS[i : i + c], list(range(i, i + c))))
         i += c
-    assert _nmse(full, torch.cat(rows)) <= 1e-10
+    assert_nmse(full, torch.cat(rows), 1e-10, f"chunks {chunks}")
 
 
 def test_output_rows_select_rows(model: Model) -> None:
     full = model.forward(TOKENS)
     sel = model.forward(TOKENS, output_rows=[3, 0, 15])
-    assert _nmse(full[[3, 0, 15]], sel) <= 1e-10
+    assert_nmse(full[[3, 0, 15]], sel, 1e-10, "output_rows")
     hidden = Cache(model).step(model, TOKENS, list(range(16)), output_rows=[15], return_hidden=True)
     assert hidden.shape == (1, model.n_embd)
-    assert _nmse(full[15:], model.logits_from_hidden(hidden)) <= 1e-10
+    assert_nmse(full[15:], model.logits_from_hidden(hidden), 1e-10, "logits_from_hidden")
 
 
 def test_embd_input_equals_token_input(model: Model) -> None:
@@ -138,7 +135,7 @@ def test_attention_is_pluggable() -> None:
     m = Model.from_gguf(path, attention=attention)
     out = m.forward(TOKENS[:5])
     assert calls == [5] * m.n_layer
-    assert _nmse(oracle.forward(path, TOKENS[:5]), out) <= 1e-10
+    assert_nmse(oracle.forward(path, TOKENS[:5]), out, 1e-10, "pluggable attention")
 
 
 BadCall = Callable[[Model, Cache], object]

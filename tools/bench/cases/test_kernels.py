@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from conformance.assertions import assert_nmse
 from kernels import _triton
 from kernels.decode_attention import gqa_decode
 from kernels.decoupled import decoupled_decode
@@ -178,8 +179,8 @@ def test_decoupled_fused_gpu(benchmark: Any, context: str) -> None:
     trace: list[Any] = []
     out = decoupled_decode(q_sem, q_geo, cache, null=null, trace=trace)
     ref = decoupled_decode(q_sem, q_geo, cache, null=null, path="streaming")
-    err = float(((out - ref) ** 2).sum() / (ref**2).sum())
-    assert trace[0].fused and err < 1e-10, f"{trace[0].path}: NMSE {err}"
+    assert trace[0].fused, trace[0].path
+    assert_nmse(ref, out, 1e-10, trace[0].path)
 
     def run() -> None:
         decoupled_decode(q_sem, q_geo, cache, null=null)
