@@ -277,7 +277,11 @@ class HFModel:
         if stem in _GLOBAL_TENSORS:
             return f"{_GLOBAL_TENSORS[stem]}.weight"
         parts = stem.split(".")
-        if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
-            if parts[2] in _BLOCK_TENSORS:
-                return f"model.layers.{parts[1]}.{_BLOCK_TENSORS[parts[2]]}.weight"
+        if (
+            len(parts) == 3
+            and parts[0] == "blk"
+            and parts[1].isdigit()
+            and parts[2] in _BLOCK_TENSORS
+        ):
+            return f"model.layers.{parts[1]}.{_BLOCK_TENSORS[parts[2]]}.weight"
         raise KeyError(f"unknown tensor {name!r}")

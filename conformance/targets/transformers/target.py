@@ -36,9 +36,9 @@ DECODER_CAPABILITIES = frozenset(
 
 def _engine_version() -> str:
     try:
-        from conformance.targets.transformers.engine import transformers_version
-
         import torch
+
+        from conformance.targets.transformers.engine import transformers_version
 
         return f"transformers {transformers_version()} (torch {torch.__version__})"
     except ImportError as exc:
