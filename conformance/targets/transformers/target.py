@@ -6,6 +6,7 @@ from typing import Any
 
 from conformance.targets.base import Target, TargetLoadError
 from conformance.targets.transformers.model import TransformersModel
+from conformance.targets.transformers.sampling import TransformersSampling
 from conformance.targets.transformers.tokenizer import TransformersTokenizer
 
 
@@ -23,6 +24,7 @@ class TransformersDecoder:
 
 MODEL_CAPABILITIES = frozenset({"model.load", "model.forward", "model.weights"})
 TOKENIZER_CAPABILITIES = frozenset({"tokenizer.tokenize"})
+SAMPLING_CAPABILITIES = frozenset({"sampling.samplers"})
 DECODER_CAPABILITIES = frozenset(
     {
         "decoder.logits",
@@ -48,11 +50,15 @@ def _engine_version() -> str:
         ) from exc
 
 
-class TransformersTarget(TransformersModel, TransformersTokenizer, TransformersDecoder, Target):
+class TransformersTarget(
+    TransformersModel, TransformersTokenizer, TransformersDecoder, TransformersSampling, Target
+):
     """Hugging Face transformers (PyTorch, CPU, float32) behind the adapter protocol."""
 
     name = "transformers"
-    capabilities = MODEL_CAPABILITIES | TOKENIZER_CAPABILITIES | DECODER_CAPABILITIES
+    capabilities = (
+        MODEL_CAPABILITIES | TOKENIZER_CAPABILITIES | DECODER_CAPABILITIES | SAMPLING_CAPABILITIES
+    )
 
     def __init__(self) -> None:
         self.version = _engine_version()
