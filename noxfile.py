@@ -257,7 +257,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the packages (with every optional dependency installed, as in development)."""
-    _install(session, "dev", "bench", "llamacpp")
+    _install(session, "dev", "bench", "llamacpp", "transformers")
     session.run("mypy", "conformance", "reference_impl", "kernels", "tools", "noxfile.py")
 
 
