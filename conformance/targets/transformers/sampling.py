@@ -146,9 +146,10 @@ class Dist(Member):
 class Filter(Member):
     """A truncating processor (``filter_value`` NaN marks the rows it drops)."""
 
-    def __init__(self, name: str, proc: Any, layout: str, softmax: bool) -> None:
+    def __init__(self, name: str, proc: Any, layout: str, softmax: bool, probe: Any = None) -> None:
         self.name = name
         self.proc = proc
+        self.probe = probe  # min_p: the same filter keeping at least 1 (not min_keep) rows
         self.layout = layout  # "sorted", "typical" or "in_place"
         self.softmax = softmax  # llama.cpp's sampler writes the probability column
 
@@ -157,7 +158,13 @@ class Filter(Member):
             return cur.copy()
         kept = ~np.isnan(_run(self.proc, cur))
         if self.layout == "in_place":
-            return cur.take(np.flatnonzero(kept), sorted=cur.sorted)
+            # llama.cpp filters in place unless the array is sorted or fewer than min_keep
+            # rows pass; then it keeps the best rows, sorted
+            passing = int((~np.isnan(_run(self.probe, cur))).sum()) if self.probe else 0
+            if not cur.sorted and passing >= int(kept.sum()):
+                return cur.take(np.flatnonzero(kept), sorted=cur.sorted)
+            idx = np.flatnonzero(kept)
+            return cur.take(idx[np.argsort(-cur.logits[idx], kind="stable")], sorted=True)
         p = _softmax(cur.logits) if self.softmax else cur.p
         base = TokenDataArray(cur.ids, cur.logits, p, cur.selected, cur.sorted)
         idx = np.flatnonzero(kept)
@@ -262,7 +269,10 @@ def _member(spec: SamplerSpec, index: int) -> Member:
                 filter_value=nan,
                 **kwargs,
             )
-            return Filter(spec.name, proc, layout, softmax=spec.name != "min_p")
+            probe = None
+            if spec.name == "min_p":
+                probe = factory(min_tokens_to_keep=1, filter_value=nan, **kwargs)
+            return Filter(spec.name, proc, layout, softmax=spec.name != "min_p", probe=probe)
         case "temp" | "temp_ext":
             if spec.name == "temp_ext" and p["delta"] > 0.0:
                 raise SamplingError(
@@ -278,20 +288,16 @@ def _member(spec: SamplerSpec, index: int) -> Member:
             )
             return Rewrite(spec.name, proc)
         case "penalties":
+            # llama.cpp's disabled forms first: no window, or nothing to penalise
+            if p["last_n"] <= 0 or (
+                np.float32(p["repeat"]) == 1.0 and p["freq"] == 0.0 and p["present"] == 0.0
+            ):
+                return NoOp("penalties")
             if p["freq"] != 0.0 or p["present"] != 0.0:
                 raise SamplingError(
                     "SMP_UNSUPPORTED",
                     "transformers has no frequency or presence penalty",
                     field=f"{where}.freq" if p["freq"] != 0.0 else f"{where}.present",
-                    index=index,
-                )
-            if p["last_n"] == 0 or np.float32(p["repeat"]) == 1.0:
-                return NoOp("penalties")
-            if p["last_n"] < 0:
-                raise SamplingError(
-                    "SMP_UNSUPPORTED",
-                    "last_n -1 (the context size) needs a context",
-                    field=f"{where}.last_n",
                     index=index,
                 )
             proc = _build(
