@@ -378,16 +378,18 @@ def _default_specs(prm: Mapping[str, Any]) -> list[SamplerSpec]:
             "exponent": prm["dynatemp_exponent"],
         }),
     }  # fmt: skip
+    if np.float32(prm["dry_multiplier"]) != 0.0:
+        raise SamplingError(
+            "SMP_UNSUPPORTED", "DRY is not available", field="params.dry_multiplier"
+        )
+    if np.float32(prm["xtc_probability"]) > 0.0 and np.float32(prm["xtc_threshold"]) <= 0.5:
+        raise SamplingError(
+            "SMP_UNSUPPORTED", "XTC is not available", field="params.xtc_probability"
+        )
     specs = []
     if prm["logit_bias"]:
         specs.append(SamplerSpec("logit_bias", {"biases": prm["logit_bias"]}))
-    for kind in prm["samplers"]:
-        name, params = by_kind[kind]
-        if name in ("dry", "xtc"):
-            # only their disabled form exists here; parse_entry refuses the enabled one
-            specs.append(chainspec.parse_entry([name, params], len(specs)))
-        else:
-            specs.append(SamplerSpec(name, params))
+    specs += [SamplerSpec(*by_kind[kind]) for kind in prm["samplers"]]
     specs.append(SamplerSpec("dist", {"seed": prm["seed"]}))
     return specs
 
