@@ -30,8 +30,9 @@ What the adapter supplies is the candidate array of llama.cpp's protocol, which 
 does not have (its processors map a ``[batch, vocab]`` score tensor to a masked one): the
 processors run over the array's logits in array order, with NaN as their ``filter_value`` so
 that the rows they drop are known; the survivors are laid out like llama.cpp lays them out
-(``top_k`` / ``top_p``: sorted by logit, descending; ``typical``: by typicality;
-``min_p``, ``penalties``, ``logit_bias``, ``temp``: in place), and the probability column is
+(``top_k`` / ``top_p``: sorted by logit, descending; ``typical``: by typicality; ``min_p``:
+in place, or sorted when the array was sorted or fewer than ``min_keep`` rows pass;
+``penalties``, ``logit_bias``, ``temp``: in place), and the probability column is
 ``torch.softmax`` of the logits where llama.cpp's sampler writes one (``top_p``, ``typical``,
 ``dist``).
 """
