@@ -170,6 +170,51 @@ def parity(session: nox.Session) -> None:
 
 
 @nox.session
+def transformers(session: nox.Session) -> None:
+    """Hugging Face transformers as a third engine: the whole suite with the transformers
+    target (conformance/targets/transformers/), then a side-by-side report with the reference
+    and, when the parity session has left its report, llama.cpp.
+
+    Installs the transformers extra and the llamacpp one (the tokenizer's differential tests
+    compare the target with llama.cpp's tokenizer; llama-cpp-python's wheel is built once).
+    A failure of the transformers target is a finding about transformers (its
+    DIVERGENCES.md), not a broken session.
+    """
+    _install(session, "transformers", "llamacpp")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "conformance",
+        "--target",
+        "conformance.targets.transformers:TransformersTarget",
+        "--report-dir",
+        f"{REPORTS}/transformers",
+        "--tb=line",
+        *session.posargs,
+        env=_env(),
+        success_codes=[0, 1],
+    )
+    if not Path(REPORTS, "conformance.json").exists():
+        _pytest(session, "conformance", "-m", "not parity", "--report-dir", REPORTS, "-q")
+    reports = [f"reference={REPORTS}/conformance.json"]
+    if Path(REPORTS, "llamacpp", "conformance.json").exists():
+        reports.append(f"llamacpp={REPORTS}/llamacpp/conformance.json")
+    else:
+        session.log("no llama.cpp report (run `nox -s parity` first to add it to the table)")
+    reports.append(f"transformers={REPORTS}/transformers/conformance.json")
+    session.run(
+        "python",
+        "-m",
+        "conformance.report",
+        "compare",
+        *reports,
+        "-o",
+        f"{REPORTS}/engines.md",
+    )
+
+
+@nox.session
 def gpu(session: nox.Session) -> None:
     """Compiled Triton kernels on a GPU: parity matrix and bandwidth benchmarks."""
     # Compiled kernels (no interpreter), the larger parity grid, then the benchmarks vs torch
@@ -211,7 +256,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the packages (with every optional dependency installed, as in development)."""
-    _install(session, "dev", "bench", "llamacpp")
+    _install(session, "dev", "bench", "llamacpp", "transformers")
     session.run("mypy", "conformance", "reference_impl", "kernels", "tools", "noxfile.py")
 
 
