@@ -171,32 +171,35 @@ def parity(session: nox.Session) -> None:
 
 @nox.session
 def transformers(session: nox.Session) -> None:
-    """Hugging Face transformers as a third engine: the whole suite with the transformers
-    target (conformance/targets/transformers/), then a side-by-side report with the reference
-    and, when the parity session has left its report, llama.cpp.
+    """Hugging Face transformers as a third engine: the whole suite on the transformers target
+    (conformance/targets/transformers/) with llama.cpp as its peer, then a side-by-side report
+    with the reference and, when the parity session has left its report, llama.cpp
+    (reports/engines.md).
 
-    Installs the transformers extra and the llamacpp one (the tokenizer's differential tests
-    compare the target with llama.cpp's tokenizer; llama-cpp-python's wheel is built once).
-    A failure of the transformers target is a finding about transformers (its
-    DIVERGENCES.md), not a broken session.
+    Installs the transformers and llamacpp extras (llama-cpp-python's wheel is built once). A
+    failure of the transformers target is a finding about transformers (its DIVERGENCES.md),
+    not a broken session.
     """
     _install(session, "transformers", "llamacpp")
+    env = _env() | {"DC_LLAMACPP_THREADS": os.environ.get("DC_LLAMACPP_THREADS", "1")}
     session.run(
         "python",
         "-m",
         "pytest",
         "conformance",
         "--target",
-        "conformance.targets.transformers:TransformersTarget",
+        "transformers",
+        "--peer",
+        "llamacpp",
         "--report-dir",
         f"{REPORTS}/transformers",
         "--tb=line",
         *session.posargs,
-        env=_env(),
+        env=env,
         success_codes=[0, 1],
     )
     if not Path(REPORTS, "conformance.json").exists():
-        _pytest(session, "conformance", "-m", "not parity", "--report-dir", REPORTS, "-q")
+        _pytest(session, "conformance", "--report-dir", REPORTS, "-q")
     reports = [f"reference={REPORTS}/conformance.json"]
     if Path(REPORTS, "llamacpp", "conformance.json").exists():
         reports.append(f"llamacpp={REPORTS}/llamacpp/conformance.json")
@@ -256,7 +259,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the packages (with every optional dependency installed, as in development)."""
-    _install(session, "dev", "bench", "llamacpp", "transformers")
+    _install(session, "dev", "bench", "llamacpp")
     session.run("mypy", "conformance", "reference_impl", "kernels", "tools", "noxfile.py")
 
 

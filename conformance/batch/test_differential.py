@@ -198,7 +198,7 @@ def _mask_seq_choice(
     return None
 
 
-@pytest.mark.requires("decoder.logits", "decoder.memory_ops")
+@pytest.mark.requires("decoder.logits", "decoder.memory_ops", "decoder.batch_rules")
 @pytest.mark.parametrize(("case", "mode"), list(_params()))
 def test_corpus_decode_matches_peer(
     case: CorpusCase, mode: str, target: Any, peer: Any, request: pytest.FixtureRequest

@@ -70,7 +70,7 @@ def test_native_step_matches_the_torch_forward(
     assert n_native == 8
 
 
-@pytest.mark.requires("decoder.embeddings", "decoder.native", "decoder.logits")
+@pytest.mark.requires("decoder.embeddings", "decoder.native", "decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("DEC-060")
 def test_native_step_embeddings_match(new_ctx: Callable[..., Any]) -> None:
     ref, nat = _pair(new_ctx, "gqa", embeddings=True, pooling=0)

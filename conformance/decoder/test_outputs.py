@@ -117,7 +117,9 @@ def test_rows_follow_emission_order_and_swaps_are_a_selection_sort(
 
 
 @pytest.mark.invariant("OUT-008", "OUT-009")
-@pytest.mark.requires("decoder.introspection", "decoder.embeddings", "decoder.memory_ops")
+@pytest.mark.requires(
+    "decoder.introspection", "decoder.embeddings", "decoder.memory_ops", "decoder.pooling"
+)
 def test_swaps_apply_on_first_access_only(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=32, n_ubatch=8, n_seq_max=2, embeddings=True, pooling=1)
     assert ctx.decode(multi_seq_batch(2, 4)) == 0
@@ -233,7 +235,7 @@ def test_invalid_access_changes_nothing(target: Any, load: Callable[[str], Any],
 
 
 @pytest.mark.invariant("OUT-020")
-@pytest.mark.requires("decoder.embeddings")
+@pytest.mark.requires("decoder.embeddings", "decoder.pooling")
 def test_token_embeddings_accessor(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True, pooling=0)
     assert ctx.decode(batch(prompt(4))) == 0

@@ -102,7 +102,7 @@ def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:
 
 
 @pytest.mark.invariant("DEC-008")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling")
 def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, embeddings=True, pooling=-1)
     assert ctx.decode(batch(prompt(4))) == 0

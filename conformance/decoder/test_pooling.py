@@ -56,7 +56,7 @@ def test_pooler_table_values() -> None:
 
 
 @pytest.mark.invariant("OUT-024")
-@pytest.mark.requires("model.weights", "decoder.logits")
+@pytest.mark.requires("model.weights", "decoder.logits", "decoder.pooling")
 def test_none_pooling_gives_final_hidden_states(
     new_ctx: Callable[..., Any], target: Any, load: Callable[[str], Any]
 ) -> None:
@@ -69,7 +69,7 @@ def test_none_pooling_gives_final_hidden_states(
     assert invalid(lambda: ctx.get_embeddings_seq(0))
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("OUT-025", "OUT-028")
 def test_mean_pooling_averages_every_listed_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -81,7 +81,7 @@ def test_mean_pooling_averages_every_listed_token(new_ctx: Callable[..., Any]) -
         assert_nmse(emb[rows].mean(axis=0), got, 1e-10, f"seq {s}")
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("OUT-026")
 def test_cls_pooling_takes_the_smallest_position_first_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -91,7 +91,7 @@ def test_cls_pooling_takes_the_smallest_position_first_token(new_ctx: Callable[.
         assert np.array_equal(ctx.get_embeddings_seq(s), emb[row])
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("OUT-027")
 def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..., Any]) -> None:
     emb = token_embeddings(new_ctx)
@@ -105,7 +105,7 @@ def test_last_pooling_takes_the_largest_position_last_token(new_ctx: Callable[..
 
 
 @pytest.mark.invariant("OUT-028")
-@pytest.mark.requires("decoder.errors")
+@pytest.mark.requires("decoder.errors", "decoder.pooling")
 def test_rank_pooling_without_classifier_is_refused(
     target: Any, load: Callable[[str], Any]
 ) -> None:
@@ -113,7 +113,7 @@ def test_rank_pooling_without_classifier_is_refused(
         target.new_context(load("gqa"), n_ctx=256, embeddings=True, pooling=RANK)
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("OUT-029")
 def test_split_sequence_pools_over_its_last_ubatch(new_ctx: Callable[..., Any]) -> None:
     toks = prompt(6)
@@ -126,7 +126,7 @@ def test_split_sequence_pools_over_its_last_ubatch(new_ctx: Callable[..., Any]) 
     assert nmse(emb.mean(axis=0), ctx.get_embeddings_seq(0)) > 1e-6
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("OUT-030")
 def test_pooled_embeddings_cover_exactly_the_last_batch(new_ctx: Callable[..., Any]) -> None:
     ctx = pooled(new_ctx, MEAN)
@@ -154,7 +154,7 @@ def test_sample_router_maps_sequences_to_rows(new_ctx: Callable[..., Any]) -> No
         ctx2.seq_output_rows(2)
 
 
-@pytest.mark.requires("decoder.logits")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
 @pytest.mark.invariant("DEC-057")
 @pytest.mark.parametrize(("n_seq_max", "n_ubatch"), [(3, 16), (5, 16), (2, 16)])
 def test_pooled_context_for_any_n_ubatch(

@@ -115,8 +115,8 @@ class Shift(MemoryOps, Protocol):
 
 @role("context")
 class EmbeddingsContext(Protocol):
-    """With ``embeddings=True``: per-token rows (pooling NONE) or one row per sequence
-    (``pooling`` MEAN 1 / CLS 2 / LAST 3); invalid requests raise."""
+    """With ``embeddings=True``: per-token rows (pooling NONE), or one row per sequence under
+    ``decoder.pooling``; invalid requests raise."""
 
     def get_embeddings_ith(self, i: int) -> np.ndarray: ...
     def get_embeddings_seq(self, seq_id: int) -> np.ndarray: ...
@@ -124,6 +124,18 @@ class EmbeddingsContext(Protocol):
 
 class Embeddings(LoadsModels, Protocol):
     def new_context(self, model: Any, **params: Any) -> EmbeddingsContext: ...
+
+
+class BatchRules(Logits, Protocol):
+    """``decode`` itself applies llama_batch_allocr's rules (spec/batch.md): refuses (-1) the
+    batches they refuse and fills missing positions, sequence ids and output flags as they do.
+    An adapter that validates batches with borrowed code (e.g. the reference's sanitizer) must
+    not claim it: the verdicts would be that code's, not the engine's."""
+
+
+class Pooling(Embeddings, Protocol):
+    """``pooling`` (MEAN 1, CLS 2, LAST 3, NONE 0, -1 the model's) picks the pooled row of each
+    sequence (``get_embeddings_seq``) as the engine computes it."""
 
 
 class NonCausal(Logits, Protocol):
@@ -263,12 +275,11 @@ CAPABILITIES = (
     capability("decoder.logits", Logits, "decode batches, read logits in batch order"),
     capability("decoder.memory_ops", MemoryOps, "sequence operations on the context memory"),
     capability("decoder.shift", Shift, "K-shift: logits follow seq_add / seq_div"),
+    capability("decoder.batch_rules", BatchRules, "decode applies llama_batch_allocr's rules"),
     capability(
-        "decoder.embeddings",
-        Embeddings,
-        "per-token and pooled embeddings",
-        params=("embeddings", "pooling"),
+        "decoder.embeddings", Embeddings, "embeddings of every token", params=("embeddings",)
     ),
+    capability("decoder.pooling", Pooling, "pooled embeddings per sequence", params=("pooling",)),
     capability("decoder.non_causal", NonCausal, "non-causal attention", params=("attention_type",)),
     capability("decoder.encode", Encode, "llama_encode"),
     capability("decoder.abort", Abort, "the abort callback"),

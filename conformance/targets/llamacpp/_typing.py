@@ -20,5 +20,7 @@ if TYPE_CHECKING:
         _d5: decoder.Embeddings = t
         _d6: decoder.NonCausal = t
         _d7: decoder.Abort = t
+        _d8: decoder.BatchRules = t
+        _d9: decoder.Pooling = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t

@@ -70,6 +70,8 @@ if TYPE_CHECKING:
         _d13: decoder.KvDtype = t
         _d14: decoder.Native = t
         _d15: decoder.AttentionBackend = t
+        _d16: decoder.BatchRules = t
+        _d17: decoder.Pooling = t
         _c1: decoupled.Cache = t
         _k1: kernels.GqaDecode = t
         _k2: kernels.DecoupledDecode = t

@@ -183,6 +183,7 @@ class HFModel:
             "n_head": self.n_head,
             "n_head_kv": self.n_head_kv,
             "n_ctx_train": self.n_ctx_train,
+            "eos": -1 if self.eos is None else self.eos,
         }
 
     # -- forwards -----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.targets.base import Target, TargetLoadError
+from conformance.targets.transformers.context import TransformersContext
 from conformance.targets.transformers.model import TransformersModel
 from conformance.targets.transformers.sampling import TransformersSampling
 from conformance.targets.transformers.tokenizer import TransformersTokenizer
@@ -16,20 +17,41 @@ class TransformersDecoder:
     #: K-shift by re-rotating the cached keys with the model's own RoPE (decoder.shift)
     k_shift = True
 
-    def new_context(self, model: Any, **params: Any) -> Any:
-        from conformance.targets.transformers.context import TransformersContext
-
+    def new_context(self, model: Any, **params: Any) -> TransformersContext:
         return TransformersContext(model, shift=self.k_shift, **params)
 
 
 MODEL_CAPABILITIES = frozenset({"model.load", "model.forward", "model.weights"})
 TOKENIZER_CAPABILITIES = frozenset({"tokenizer.tokenize"})
-SAMPLING_CAPABILITIES = frozenset({"sampling.samplers"})
+# the samplers transformers' logits processors can be: no top-n-sigma, no dynamic temperature,
+# only the repeat part of llama.cpp's penalties (see DIVERGENCES.md)
+SAMPLING_CAPABILITIES = frozenset(
+    {"sampling.chain"}
+    | {
+        f"sampling.{name}"
+        for name in (
+            "greedy",
+            "dist",
+            "top_k",
+            "top_p",
+            "min_p",
+            "typical",
+            "temp",
+            "logit_bias",
+            "penalties",
+        )
+    }
+)
+# Not claimed, because the adapter borrows the reference's code for them (the verdicts would be
+# the reference's): decoder.params (reference_impl.decoder.params.derive), decoder.batch_rules
+# (the reference's sanitizer and splitter), decoder.pooling (the reference's poolers).
 DECODER_CAPABILITIES = frozenset(
     {
         "decoder.logits",
         "decoder.memory_ops",
         "decoder.embeddings",
+        "decoder.non_causal",
+        "decoder.kv_dtype",
         "decoder.abort",
         "decoder.shift",
     }

@@ -1,0 +1,24 @@
+"""Static proof that the transformers adapter satisfies the Protocols of the capabilities it
+claims (checked by mypy in the ``typecheck`` session; nothing here runs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conformance.protocol import decoder, model, sampling, tokenizer
+    from conformance.targets.transformers import TransformersTarget
+
+    def _conforms(t: TransformersTarget) -> None:
+        _o1: model.LoadsModels = t
+        _o2: model.Forward = t
+        _o3: model.Weights = t
+        _t1: tokenizer.Tokenize = t
+        _d2: decoder.Logits = t
+        _d3: decoder.MemoryOps = t
+        _d4: decoder.Shift = t
+        _d5: decoder.Embeddings = t
+        _d6: decoder.NonCausal = t
+        _d7: decoder.Abort = t
+        _d8: decoder.KvDtype = t
+        _s1: sampling.Chain = t
