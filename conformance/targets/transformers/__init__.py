@@ -27,12 +27,19 @@ call), and the candidate-array layout of llama.cpp's sampler protocol. Those par
 bookkeeping: when an invariant they enforce passes here, the credit is the adapter's.
 
 Claimed: ``model.load``, ``model.forward``, ``model.weights``, ``tokenizer.tokenize``,
-``decoder.logits``, ``decoder.memory_ops``, ``decoder.embeddings``, ``decoder.abort``,
-``decoder.shift``, ``sampling.samplers``. Not claimed: ``model.errors`` / ``decoder.errors``
-(transformers raises its own exceptions, with no GGUF_* / DEC_* codes), ``decoder.faults`` and
-``decoder.introspection`` (reference hooks), ``sampling.candidates`` and ``sampling.selector``
-(no transformers counterpart), and the component areas (batch, kv, memory, kernels, kv_quant,
-decoupled), which transformers does not expose. Where transformers departs from llama.cpp is
+``decoder.logits``, ``decoder.memory_ops``, ``decoder.shift``, ``decoder.embeddings``,
+``decoder.non_causal``, ``decoder.abort``, ``sampling.chain`` and the samplers its logits
+processors provide (greedy, dist, top_k, top_p, min_p, typical, temp, logit_bias, penalties).
+Not claimed, because the verdicts would be the borrowed code's: ``decoder.params`` (llama.cpp's
+size derivation, from ``reference_impl.decoder.params``), ``decoder.batch_rules`` (the
+reference's sanitizer and splitter), ``decoder.pooling`` (the reference's poolers),
+``decoder.kv_dtype`` (F16 storage in the adapter's cache layer), ``sampling.input_checks`` (the
+reference's chain-description parser). Not claimed otherwise: ``model.errors`` /
+``decoder.errors`` (transformers raises its own exceptions, with no GGUF_* / DEC_* codes),
+``decoder.faults`` and ``decoder.introspection`` (reference hooks), ``sampling.candidates``,
+``sampling.selector`` and ``sampling.default_chain`` (no transformers counterpart), and the
+component areas (batch, kv, memory, kernels, kv_quant, decoupled), which transformers does not
+expose. Where transformers departs from llama.cpp is
 written down, with evidence, in ``DIVERGENCES.md`` next to this file.
 
 Modules: :mod:`.engine` (the loaded model, the cell-indexed cache layer, GGUF tensor names),

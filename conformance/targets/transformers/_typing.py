@@ -20,5 +20,4 @@ if TYPE_CHECKING:
         _d5: decoder.Embeddings = t
         _d6: decoder.NonCausal = t
         _d7: decoder.Abort = t
-        _d8: decoder.KvDtype = t
         _s1: sampling.Chain = t

@@ -44,14 +44,14 @@ SAMPLING_CAPABILITIES = frozenset(
 )
 # Not claimed, because the adapter borrows the reference's code for them (the verdicts would be
 # the reference's): decoder.params (reference_impl.decoder.params.derive), decoder.batch_rules
-# (the reference's sanitizer and splitter), decoder.pooling (the reference's poolers).
+# (the reference's sanitizer and splitter), decoder.pooling (the reference's poolers); nor
+# decoder.kv_dtype, whose F16 storage is the adapter's cache layer, not transformers'.
 DECODER_CAPABILITIES = frozenset(
     {
         "decoder.logits",
         "decoder.memory_ops",
         "decoder.embeddings",
         "decoder.non_causal",
-        "decoder.kv_dtype",
         "decoder.abort",
         "decoder.shift",
     }
