@@ -284,7 +284,14 @@ def compare_targets(reports: Mapping[str, Mapping[str, Any]]) -> str:
     lines = ["# Conformance by target", ""]
     for name, rep in reports.items():
         t = rep["summary"]["target"]
-        lines.append(f"- `{name}`: {t.get('name')} {t.get('version') or ''}".rstrip())
+        line = f"- `{name}`: {t.get('name')} {t.get('version') or ''}".rstrip()
+        extra = []
+        if t.get("capabilities") is not None:
+            extra.append(f"claims {len(t['capabilities'])} capabilities")
+        peer = t.get("peer") or {}
+        if peer.get("name"):
+            extra.append(f"differential tests against {peer['name']}")
+        lines.append(line + (f" ({'; '.join(extra)})" if extra else ""))
     lines += ["", "## Passed / failed / skipped per area", ""]
     header = "| area | " + " | ".join(names) + " |"
     lines += [header, "|---|" + "---|" * len(names)]

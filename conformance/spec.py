@@ -144,14 +144,15 @@ def load_implementations(
     packages: Sequence[str] = IMPLEMENTATION_PACKAGES,
 ) -> dict[str, list[str]]:
     """Import every module of ``packages`` and return the links their ``@implements`` markers
-    recorded: ``{invariant ID: ["module:qualname", ...]}`` (a copy of ``spec.IMPLEMENTATIONS``,
+    recorded: ``{invariant ID: ["module:qualname", ...]}`` (a copy of
+    ``reference_impl.spec_links.IMPLEMENTATIONS``,
     IDs sorted).
 
     No module is skipped: one that fails to import raises ImportError naming it (a skipped
     module would silently drop its links). The Triton kernel modules import without a GPU
     (Triton is a dependency and runs through its interpreter on CPU), so none is exempt.
     """
-    import spec
+    from reference_impl import spec_links
 
     def fail(name: str, exc: BaseException | None) -> ImportError:
         why = f"{type(exc).__name__}: {exc}" if exc is not None else "import failed"
@@ -171,7 +172,8 @@ def load_implementations(
                 importlib.import_module(info.name)
             except Exception as exc:
                 raise fail(info.name, exc) from exc
-    return {inv_id: list(spec.IMPLEMENTATIONS[inv_id]) for inv_id in sorted(spec.IMPLEMENTATIONS)}
+    found = spec_links.IMPLEMENTATIONS
+    return {inv_id: list(found[inv_id]) for inv_id in sorted(found)}
 
 
 def implementation_problems(

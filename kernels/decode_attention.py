@@ -22,7 +22,7 @@ import torch
 from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 OP = "gqa_decode"
 PATHS = ("auto", "1pass", "2pass", "torch")

@@ -24,7 +24,7 @@ from kernels import dispatch
 from kernels._triton import INTERPRETER, kernel_device, triton_available, unavailable_reason
 from kernels.decoupled_cache import CacheTensor, DecoupledKVCache, NullKV
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 OP = "decoupled_decode"
 STREAM_BLOCK = 64  # tokens per streaming step of the reference

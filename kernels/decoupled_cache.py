@@ -22,7 +22,7 @@ import torch
 from kernels import quant
 from kernels.policy import KVCachePolicy, TensorFormat, parse_policy
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 TRITON_1PASS = "triton-1pass"
 TRITON_2PASS = "triton-2pass"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kernels.quant import ALL_KINDS, FOUR_BIT_KINDS
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 _KEYS = {
     "ksem": "ksem",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 PER_TOKEN_KINDS = ("q8_0", "q4_0", "nf4")
 FLOAT_KINDS = ("fp16", "fp32")

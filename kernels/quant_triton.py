@@ -14,7 +14,7 @@ import torch
 from kernels import quant
 from kernels._triton import kernel_device, tl, triton
 from reference_impl.errors import KernelError
-from spec import implements
+from reference_impl.spec_links import implements
 
 KIND_ID = {"q8_0": 0, "q4_0": 1, "nf4": 2}
 QMAX = {"q8_0": 127.0, "q4_0": 7.0, "nf4": 1.0}

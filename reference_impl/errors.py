@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class EngineError(Exception):

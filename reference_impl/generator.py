@@ -25,7 +25,7 @@ import numpy as np
 
 from reference_impl.batch.types import Batch
 from reference_impl.errors import GeneratorError
-from spec import implements
+from reference_impl.spec_links import implements
 
 SEED_MOD = 2**32
 

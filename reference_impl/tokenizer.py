@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from reference_impl.errors import EngineError
-from spec import implements
+from reference_impl.spec_links import implements
 
 SPACE_ESCAPE = "\u2581"  # '▁'
 

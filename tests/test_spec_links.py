@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import spec
 from conformance.spec import (
     ID_PATTERN,
     IMPLEMENTATION_PACKAGES,
@@ -25,7 +24,8 @@ from conformance.spec import (
     load_spec,
     resolve_link,
 )
-from spec import implements
+from reference_impl import spec_links
+from reference_impl.spec_links import implements
 
 REGISTRY = load_spec()
 
@@ -37,13 +37,13 @@ def links() -> dict[str, list[str]]:
 
 @pytest.fixture
 def scratch_registry() -> Iterator[dict[str, list[str]]]:
-    """spec.IMPLEMENTATIONS restored after the test (the decorator records into it)."""
-    saved = {k: list(v) for k, v in spec.IMPLEMENTATIONS.items()}
+    """spec_links.IMPLEMENTATIONS restored after the test (the decorator records into it)."""
+    saved = {k: list(v) for k, v in spec_links.IMPLEMENTATIONS.items()}
     try:
-        yield spec.IMPLEMENTATIONS
+        yield spec_links.IMPLEMENTATIONS
     finally:
-        spec.IMPLEMENTATIONS.clear()
-        spec.IMPLEMENTATIONS.update(saved)
+        spec_links.IMPLEMENTATIONS.clear()
+        spec_links.IMPLEMENTATIONS.update(saved)
 
 
 def inv(inv_id: str, status: str = "active") -> Invariant:
@@ -77,7 +77,7 @@ def test_links_are_a_snapshot(links: dict[str, list[str]]) -> None:
     again = load_implementations()
     assert again == links
     next(iter(again.values())).append("x:y")
-    assert load_implementations() == links  # callers cannot edit spec.IMPLEMENTATIONS
+    assert load_implementations() == links  # callers cannot edit spec_links.IMPLEMENTATIONS
 
 
 def test_every_active_invariant_is_linked(links: dict[str, list[str]]) -> None:

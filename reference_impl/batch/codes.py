@@ -7,7 +7,7 @@ invariant that raises it. Codes never change meaning once released.
 from __future__ import annotations
 
 from reference_impl.errors import BatchError
-from spec import implements
+from reference_impl.spec_links import implements
 
 # sanitizer, in the order the checks run
 SAN_EMPTY = "SAN_EMPTY"  # n_tokens == 0 (llama_decode returns -1 before the allocator runs)

@@ -13,7 +13,7 @@ import numpy as np
 
 from reference_impl.batch.codes import SAN_SHAPE, fail
 from reference_impl.batch.types import Batch
-from spec import implements
+from reference_impl.spec_links import implements
 
 _I32_MIN = -(2**31)
 _I32_MAX = 2**31 - 1

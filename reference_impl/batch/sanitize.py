@@ -32,7 +32,7 @@ from reference_impl.batch.codes import (
     fail,
 )
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch, MemoryView
-from spec import implements
+from reference_impl.spec_links import implements
 
 MAX_POS_PER_EMBD = 4  # GGML_MROPE_SECTIONS
 

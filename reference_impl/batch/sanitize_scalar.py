@@ -24,7 +24,7 @@ from reference_impl.batch.codes import (
 from reference_impl.batch.fields import normalize_fields
 from reference_impl.batch.sanitize import SanitizedBatch, check_params
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch, MemoryView
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements(

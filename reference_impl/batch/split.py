@@ -32,7 +32,7 @@ from reference_impl.batch.codes import (
 from reference_impl.batch.sanitize import SanitizedBatch
 from reference_impl.batch.types import LLAMA_MAX_SEQ, UBatch
 from reference_impl.errors import BatchError
-from spec import implements
+from reference_impl.spec_links import implements
 
 SplitMode = Literal["simple", "equal", "seq"]
 

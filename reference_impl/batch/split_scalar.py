@@ -22,7 +22,7 @@ from reference_impl.batch.split import (
 )
 from reference_impl.batch.types import UBatch
 from reference_impl.errors import BatchError
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements("SPL-005", "SPL-020", "SPL-021")

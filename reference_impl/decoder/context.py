@@ -46,7 +46,7 @@ from reference_impl.memory.coordinator import MemoryCoordinator, make_memory
 from reference_impl.memory.status import ComputeStatus, MemoryStatus, ubatch_failure_decode_code
 from reference_impl.model import Model, set_threads
 from reference_impl.native import NativeDecodeStep
-from spec import implements
+from reference_impl.spec_links import implements
 
 if TYPE_CHECKING:
     from reference_impl.decoder.faults import FaultInjector

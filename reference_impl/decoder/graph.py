@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from reference_impl.batch.types import UBatch
-from spec import implements
+from reference_impl.spec_links import implements
 
 PlanKey = tuple[object, ...]
 

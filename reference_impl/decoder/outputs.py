@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reference_impl.errors import EngineError
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class OutputError(EngineError):

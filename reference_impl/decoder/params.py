@@ -10,7 +10,7 @@ import torch
 from reference_impl.batch.types import LLAMA_MAX_SEQ
 from reference_impl.decoder.pooling import PoolingType
 from reference_impl.errors import DecoderError
-from spec import implements
+from reference_impl.spec_links import implements
 
 N_CTX_PAD = 256  # llama.cpp pads n_ctx (and n_ctx_seq) to a multiple of 256
 

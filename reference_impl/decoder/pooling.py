@@ -20,7 +20,7 @@ from enum import IntEnum
 import numpy as np
 
 from reference_impl.batch.types import UBatch
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements("OUT-023")

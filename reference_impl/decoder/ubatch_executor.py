@@ -29,7 +29,7 @@ from reference_impl.decoder.trace import DecodeTrace
 from reference_impl.errors import DecoderError, EngineError
 from reference_impl.kv import mask as kv_mask
 from reference_impl.memory.status import ComputeStatus
-from spec import implements
+from reference_impl.spec_links import implements
 
 if TYPE_CHECKING:
     from reference_impl.model import Model

@@ -32,7 +32,7 @@ from reference_impl.errors import KVCacheError
 from reference_impl.kv import cells as kv_cells
 from reference_impl.kv import swa
 from reference_impl.kv.cells import POS_NONE, CellJournal, KVCells
-from spec import implements
+from reference_impl.spec_links import implements
 
 INT32_MAX = 2**31 - 1
 N_KV_PAD = 256  # n_kv is padded to a multiple of this (llama_kv_cache::get_n_kv)

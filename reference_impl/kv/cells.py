@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 POS_NONE = -1
 

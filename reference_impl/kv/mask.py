@@ -23,7 +23,7 @@ from reference_impl.batch.types import UBatch
 from reference_impl.errors import KVCacheError
 from reference_impl.kv import swa
 from reference_impl.kv.cache import KVCache
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements("KV-024")

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class SWAType(IntEnum):

@@ -24,7 +24,7 @@ from reference_impl.batch import split
 from reference_impl.batch.split import Splitter
 from reference_impl.batch.types import UBatch
 from reference_impl.memory.status import MemoryStatus
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements("MEM-007", "MEM-008", "SPL-023")

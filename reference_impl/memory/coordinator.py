@@ -26,7 +26,7 @@ from reference_impl.kv.cache import KShiftFn, KVCacheConfig
 from reference_impl.memory import status as mstatus
 from reference_impl.memory.base import MemoryContext
 from reference_impl.memory.status import ComputeStatus, MemoryStatus
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @dataclass

@@ -11,7 +11,7 @@ from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.kv import KVBatchContext, KVMemory, PairContext
 from reference_impl.memory.recurrent import RecurrentBatchContext, RecurrentMemory
 from reference_impl.memory.status import MemoryStatus
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class HybridBatchContext(MemoryContext):

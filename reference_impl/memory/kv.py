@@ -13,7 +13,7 @@ from reference_impl.kv.cells import CellJournal
 from reference_impl.kv.swa import SWAType
 from reference_impl.memory.base import MemoryContext, plan_batch
 from reference_impl.memory.status import MemoryStatus, status_combine
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class KVBatchContext(MemoryContext):

@@ -27,7 +27,7 @@ from reference_impl.memory.base import (
     plan_batch,
 )
 from reference_impl.memory.status import MemoryStatus
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 @implements("MEM-001")

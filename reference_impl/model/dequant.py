@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 QK = 32  # values per block for Q8_0 and Q4_0
 Q8_0_BYTES = 2 + QK

@@ -32,8 +32,8 @@ import torch
 
 from reference_impl.errors import ModelLoadError
 from reference_impl.model import dequant
+from reference_impl.spec_links import implements
 from reference_impl.tokenizer import SpmVocab
-from spec import implements
 
 SUPPORTED_ARCHS = ("llama",)
 SUPPORTED_TYPES = tuple(dequant.TYPE_NAMES)

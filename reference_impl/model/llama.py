@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from reference_impl.errors import BatchError
 from reference_impl.model.gguf_loader import HParams, ModelWeights
-from spec import implements
+from reference_impl.spec_links import implements
 
 # attention(q [n_tokens, n_head, hd], k [n_kv, n_head_kv, hd], v [n_kv, n_head_kv, hd],
 #           mask [n_tokens, n_kv] additive (0 / -inf), scale) -> [n_tokens, n_head · hd]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 SOURCE = Path(__file__).with_name("decode_step.c")
 ABI_VERSION = 1

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from reference_impl.native.build import NativeLibrary, load
-from spec import implements
+from reference_impl.spec_links import implements
 
 if TYPE_CHECKING:
     from reference_impl.model.llama import FusedLayer, LlamaForward

@@ -12,7 +12,7 @@ import numpy as np
 
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
-from spec import implements
+from reference_impl.spec_links import implements
 
 F32 = np.float32
 

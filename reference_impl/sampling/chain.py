@@ -18,7 +18,7 @@ from reference_impl.sampling import candidates, chainspec, samplers
 from reference_impl.sampling.chainspec import SamplerSpec
 from reference_impl.sampling.samplers import Empty, Sampler
 from reference_impl.sampling.token_data import TokenDataArray
-from spec import implements
+from reference_impl.spec_links import implements
 
 
 class Chain:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from reference_impl.errors import SamplingError
-from spec import implements
+from reference_impl.spec_links import implements
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 UINT32_MAX = 2**32 - 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec import implements
+from reference_impl.spec_links import implements
 
 N = 624
 M = 397

@@ -18,7 +18,7 @@ import numpy as np
 
 from reference_impl.sampling import mt19937, scaling, selection, truncation
 from reference_impl.sampling.token_data import TokenDataArray
-from spec import implements
+from reference_impl.spec_links import implements
 
 F32 = np.float32
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF

@@ -14,7 +14,7 @@ import numpy as np
 from reference_impl.sampling import numerics
 from reference_impl.sampling.numerics import Real
 from reference_impl.sampling.token_data import TokenDataArray
-from spec import implements
+from reference_impl.spec_links import implements
 
 F32 = np.float32
 F64 = np.float64

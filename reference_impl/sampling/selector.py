@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from reference_impl.errors import SamplingError
-from spec import implements
+from reference_impl.spec_links import implements
 
 POLICIES = ("argmax", "categorical")
 

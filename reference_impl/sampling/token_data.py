@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference_impl.errors import SamplingError
-from spec import implements
+from reference_impl.spec_links import implements
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
