@@ -12,6 +12,7 @@ from conformance import gate
 from conformance.protocol import TARGET, registry
 from conformance.protocol.sampling import SAMPLERS, samplers_named
 from conformance.targets.base import TargetLoadError, validate_target
+from conformance.targets.llamacpp import LlamaCppTarget
 from conformance.targets.reference import ReferenceTarget
 from conformance.targets.transformers.target import TransformersTarget
 
@@ -54,25 +55,7 @@ def _protocol_name(cap: Any) -> str:
     ("module", "claims"),
     [
         ("conformance/targets/reference/_typing.py", set(registry()) - set(SAMPLERS)),
-        (
-            "conformance/targets/llamacpp/_typing.py",
-            {
-                "model.load",
-                "model.forward",
-                "tokenizer.tokenize",
-                "decoder.params",
-                "decoder.logits",
-                "decoder.memory_ops",
-                "decoder.shift",
-                "decoder.batch_rules",
-                "decoder.embeddings",
-                "decoder.pooling",
-                "decoder.non_causal",
-                "decoder.abort",
-                "sampling.chain",
-                "sampling.default_chain",
-            },
-        ),
+        ("conformance/targets/llamacpp/_typing.py", set(LlamaCppTarget.capabilities)),
         (
             "conformance/targets/transformers/_typing.py",
             set(TransformersTarget.capabilities),

@@ -21,9 +21,9 @@ from conformance.protocol import capability, role
 from reference_impl.batch.types import UBatch
 
 
-@role("kv_cache")
-class KVCacheHandle(Protocol):
-    # sequence operations
+class SequenceOps(Protocol):
+    """``llama_memory_i``'s sequence operations, shared by a KV cache and every memory kind."""
+
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool: ...
     def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None: ...
     def seq_keep(self, seq_id: int) -> None: ...
@@ -33,6 +33,9 @@ class KVCacheHandle(Protocol):
     def seq_pos_max(self, seq_id: int) -> int: ...
     def clear(self, data: bool = True) -> None: ...
 
+
+@role("kv_cache")
+class KVCacheHandle(SequenceOps, Protocol):
     # slots
     def find_slot(self, ubatch: UBatch, cont: bool = False) -> Any:
         """A slot for the ubatch, or None."""

@@ -10,36 +10,15 @@ with its full capabilities, so a test that fails here depends on something it di
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
+from tests.meta.suite_runs import run_conformance
 
 
 def test_every_test_passes_against_a_target_with_only_its_required_capabilities(
     tmp_path: Path,
 ) -> None:
-    env = dict(os.environ)
-    env["DC_HYPOTHESIS_PROFILE"] = "ci"
-    env.setdefault("TRITON_INTERPRET", "1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(CONFORMANCE_DIR),
-        "--claims=minimal",
-        f"--report-dir={tmp_path}",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--tb=line",
-        "--no-header",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    report = json.loads((tmp_path / "conformance.json").read_text())
+    proc, report = run_conformance(tmp_path, "--claims=minimal", "--tb=line", timeout=1800)
     outcomes = report["summary"]["outcomes"]
     bad = [
         f"{d['test']}: {d['outcome']} {d.get('reason', '')}".rstrip()

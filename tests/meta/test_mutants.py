@@ -6,10 +6,6 @@ the mutant breaks; every one of those invariants must be reported ``failed``.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +13,20 @@ import pytest
 
 from conformance.mutants import Mutant, all_mutants
 from conformance.spec import load_spec
+from tests.meta.suite_runs import run_conformance
 
 MUTANTS = all_mutants()
-CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
 
 
 def run_suite_against_mutant(mutant: Mutant, report_dir: Path) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["DC_HYPOTHESIS_PROFILE"] = "ci"  # derandomized: a kill must be reproducible
-    env.setdefault("TRITON_INTERPRET", "1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(CONFORMANCE_DIR),
+    _, report = run_conformance(
+        report_dir,
         f"--target=mutant:{mutant.id}",
         f"--only-invariants={','.join(mutant.kills)}",
-        f"--report-dir={report_dir}",
         "--snapshot-warn-unused",
-        "-p",
-        "no:cacheprovider",
-        "-q",
         "--tb=no",
-        "--no-header",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    report_path = report_dir / "conformance.json"
-    if not report_path.exists():
-        pytest.fail(
-            f"mutant run wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
-    report = json.loads(report_path.read_text())
+        timeout=900,
+    )
     return {inv["id"]: inv["outcome"] for inv in report["invariants"] if inv["id"] in mutant.kills}
 
 
