@@ -37,6 +37,7 @@ def test_model_info_and_meta(model: Any) -> None:
         "n_head": 8,
         "n_head_kv": 2,
         "n_ctx_train": 256,
+        "eos": 2,
     }
     assert model.meta("general.name") == "decode-conformance fixture gqa"
     assert model.meta("no.such.key") is None
