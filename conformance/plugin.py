@@ -19,6 +19,13 @@
 * ``--claims=minimal``: each test sees a target that claims exactly the capabilities the test
   requires (its ``uses`` ones absent): proves that no test leans on more than it declares.
 * Collect-only runs (``--co``) leave ``--report-dir`` alone.
+* pytest-xdist (``-n auto``): workers send what they collected (tests per invariant, links,
+  target) to the controller, which writes the one report; test outcomes travel in the reports
+  xdist already forwards. The report's content equals a serial run's.
+* ``--shard I/N``: keep part I of N of the collected tests (:mod:`conformance.sharding`,
+  balanced by ``conformance/durations.json``); the report is a partial one that
+  ``python -m conformance.report merge`` combines with the other parts.
+* ``--record-durations PATH``: write each test's seconds (what ``--shard`` balances with).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from conformance import gate, hypothesis_profiles
+from conformance import gate, hypothesis_profiles, sharding
 from conformance.report import (
     TestResult,
     aggregate,
@@ -66,6 +73,11 @@ class _State:
     links: dict[str, list[str]] | None = None  # invariant -> implementing code (@implements)
     unlinked: list[str] = field(default_factory=list)  # active invariants without a link
     profile: str = ""
+    shard: sharding.Shard | None = None
+    shard_selected: list[str] = field(default_factory=list)  # conformance tests of this shard
+    record_durations: Path | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    engines_info: dict[str, Any] | None = None  # target/peer description sent by an xdist worker
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -110,6 +122,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="strict: fail the run when an active invariant has no test",
     )
     group.addoption(
+        "--shard",
+        default=None,
+        help="I/N: run part I of N of the suite (balanced by conformance/durations.json); "
+        "merge the parts' reports with `python -m conformance.report merge`",
+    )
+    group.addoption(
+        "--record-durations",
+        default=None,
+        metavar="PATH",
+        help="write each test's duration (seconds) to PATH, the file --shard balances with",
+    )
+    group.addoption(
         "--only-invariants",
         default="",
         help="comma-separated invariant IDs: run only tests marked with at least one of them",
@@ -151,6 +175,16 @@ def pytest_configure(config: pytest.Config) -> None:
         traceability=config.getoption("--traceability"),
         only=only,
     )
+    if config.getoption("--shard"):
+        try:
+            state.shard = sharding.parse_shard(config.getoption("--shard"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    if config.getoption("--record-durations"):
+        state.record_durations = Path(config.getoption("--record-durations"))
+    if _is_xdist_controller(config):
+        # Each worker is one process on one core: torch's own threads would only oversubscribe.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     if config.getoption("--conformance-dir"):
         state.conformance_root = Path(config.getoption("--conformance-dir")).resolve()
     try:
@@ -167,6 +201,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _state(config: pytest.Config) -> _State:
     return config.stash[_STATE_KEY]
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    dist = getattr(config.option, "dist", "no")
+    numprocesses = getattr(config.option, "numprocesses", None)
+    return not _is_xdist_worker(config) and (dist != "no" or bool(numprocesses))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -315,6 +359,8 @@ def pytest_collection_modifyitems(
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+    if st.shard is not None:
+        _keep_shard(st, config, items)
     # Load the target now so a bad --target (or an explicitly named --peer) is reported before
     # any test runs.
     _ensure_target(st)
@@ -322,6 +368,18 @@ def pytest_collection_modifyitems(
         _ensure_peer(st)
         if st.peer_error is not None:
             raise pytest.UsageError(st.peer_error)
+
+
+def _keep_shard(st: _State, config: pytest.Config, items: list[pytest.Item]) -> None:
+    assert st.shard is not None
+    durations = sharding.load_durations()
+    place = sharding.assign((it.nodeid for it in items), st.shard.count, durations)
+    keep = [it for it in items if place[it.nodeid] == st.shard.index]
+    drop = [it for it in items if place[it.nodeid] != st.shard.index]
+    st.shard_selected = sorted(it.nodeid for it in keep if it.nodeid in st.conformance_items)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _grant(st: _State, item: pytest.Item, engine: Any, label: str) -> gate.Grant:
@@ -371,20 +429,47 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if call.excinfo is not None and call.excinfo.errisinstance(gate.SuiteDefect):
-        report.dc_suite_defect = str(call.excinfo.value)
+        # user_properties travel with the report from an xdist worker to the controller.
+        report.user_properties = [
+            *report.user_properties,
+            ("dc_suite_defect", str(call.excinfo.value)),
+        ]
     return report
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if _is_xdist_controller(config) and not _collect_only(config):
+        # The controller collects nothing: load the engines here so that a bad --target (or
+        # --peer) is one usage error before any worker starts.
+        st = _state(config)
+        _ensure_target(st)
+        if st.peer_named:
+            _ensure_peer(st)
+            if st.peer_error is not None:
+                raise pytest.UsageError(st.peer_error)
+
+
+_WORKER_KEY = "decode_conformance"
+
+
 class _ResultRecorder:
-    """Per-session hook object: records each conformance test's worst phase outcome."""
+    """Per-session hook object: records each test's worst phase outcome and its duration (the
+    report keeps the conformance tests' ones). Under xdist it runs on the controller, which
+    receives every worker's reports, and merges what each worker collected."""
 
     def __init__(self, state: _State) -> None:
         self.state = state
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        payload = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
+        if payload:
+            _merge_worker(self.state, payload)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         st = self.state
-        if report.nodeid not in st.conformance_items:
-            return
+        st.durations[report.nodeid] = st.durations.get(report.nodeid, 0.0) + report.duration
         outcome, reason = _classify(report)
         if outcome is None:
             return
@@ -395,9 +480,9 @@ class _ResultRecorder:
 
 
 def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
-    defect = getattr(report, "dc_suite_defect", None)
+    defect = dict(report.user_properties).get("dc_suite_defect")
     if defect is not None:
-        return "suite-defect", defect
+        return "suite-defect", str(defect)
     if hasattr(report, "wasxfail"):
         # An expected failure is still a failure to conform.
         return "failed", f"xfail: {report.wasxfail}"
@@ -413,7 +498,37 @@ def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
     return None, ""
 
 
+def _worker_payload(st: _State) -> dict[str, Any]:
+    return {
+        "tests_by_invariant": {k: sorted(v) for k, v in st.tests_by_invariant.items()},
+        "conformance_items": sorted(st.conformance_items),
+        "untested": st.untested,
+        "links": st.links,
+        "unlinked": st.unlinked,
+        "shard_selected": st.shard_selected,
+        "engines": _target_info(st),
+    }
+
+
+def _merge_worker(st: _State, payload: dict[str, Any]) -> None:
+    """Every worker collects the whole suite: the first payload is the collection, later ones
+    add nothing new (xdist itself refuses workers that collected differently)."""
+    for inv_id, tests in payload["tests_by_invariant"].items():
+        st.tests_by_invariant.setdefault(inv_id, set()).update(tests)
+    st.conformance_items.update(payload["conformance_items"])
+    st.untested = payload["untested"]
+    st.links = payload["links"]
+    st.unlinked = payload["unlinked"]
+    st.shard_selected = payload["shard_selected"]
+    engines = dict(payload["engines"])
+    if st.engines_info is not None and len(st.engines_info["peer"]) > len(engines["peer"]):
+        engines["peer"] = st.engines_info["peer"]  # a worker that loaded the peer names it
+    st.engines_info = engines
+
+
 def _target_info(st: _State) -> dict[str, Any]:
+    if st.engines_info is not None:  # an xdist controller: what the workers ran
+        return st.engines_info
     tgt = st.target
     info: dict[str, Any] = {"name": st.target_spec, "version": None, "capabilities": []}
     if tgt is not None:
@@ -426,10 +541,23 @@ def _target_info(st: _State) -> dict[str, Any]:
 
 def _build(st: _State) -> dict[str, Any]:
     registry = _registry(st)
-    results = aggregate(registry, st.tests_by_invariant, st.results)
-    return build_report(
+    unrun = f"not in this shard ({st.shard})" if st.shard else "not selected in this run"
+    results = aggregate(registry, st.tests_by_invariant, st.results, missing_reason=unrun)
+    report = build_report(
         results, _target_info(st), extra={"hypothesis_profile": st.profile}, links=st.links
     )
+    if st.shard is not None:
+        report["shard"] = {
+            "index": st.shard.index,
+            "count": st.shard.count,
+            "selected": st.shard_selected,
+            "results": {
+                n: {"outcome": r.outcome, **({"reason": r.reason} if r.reason else {})}
+                for n, r in sorted(st.results.items())
+                if n in st.conformance_items
+            },
+        }
+    return report
 
 
 def _collect_only(config: pytest.Config) -> bool:
@@ -438,7 +566,15 @@ def _collect_only(config: pytest.Config) -> bool:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     st = _state(session.config)
-    if not st.conformance_items or _collect_only(session.config):
+    if _collect_only(session.config):
+        return
+    if _is_xdist_worker(session.config):
+        if st.conformance_items:
+            session.config.workeroutput[_WORKER_KEY] = _worker_payload(st)  # type: ignore[attr-defined]
+        return
+    if st.record_durations is not None and st.durations:
+        sharding.write_durations(st.durations, st.record_durations)
+    if not st.conformance_items:
         return
     if st.report_dir is not None:
         report = _build(st)
@@ -453,7 +589,7 @@ _REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
-    if not st.conformance_items or _collect_only(config):
+    if not st.conformance_items or _collect_only(config) or _is_xdist_worker(config):
         return
     report = config.stash.get(_REPORT_KEY, None) or _build(st)
     tr = terminalreporter

@@ -2,7 +2,9 @@
 
 ``reports/conformance.json`` holds one record per invariant (id, area, statement, source,
 status, tests, outcome) and a ``summary`` with counts per outcome and per area, the target and
-the git commit. ``reports/conformance.md`` renders the same as tables. When the meta-tests have
+the git commit. ``reports/conformance.md`` renders the same as tables. A run with ``--shard I/N`` writes a
+partial report (a ``shard`` record: the tests it ran and their outcomes);
+``python -m conformance.report merge parts/*.json -o reports/`` combines the N parts. When the meta-tests have
 written ``mutation.json`` next to it, both files also carry the mutation score.
 """
 
@@ -11,8 +13,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import subprocess
+import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,7 @@ def aggregate(
     registry: Mapping[str, Invariant],
     tests_by_invariant: Mapping[str, Iterable[str]],
     results_by_test: Mapping[str, TestResult],
+    missing_reason: str = "not selected in this run",
 ) -> list[InvariantResult]:
     out = []
     for inv_id in sorted(registry, key=_id_sort_key):
@@ -82,7 +86,7 @@ def aggregate(
             if t in results_by_test:
                 res.append(results_by_test[t])
             else:
-                res.append(TestResult(t, "skipped", "not selected in this run"))
+                res.append(TestResult(t, "skipped", missing_reason))
         out.append(InvariantResult(registry[inv_id], tests, res))
     return out
 
@@ -98,9 +102,11 @@ def build_report(
     extra: Mapping[str, Any] | None = None,
     cwd: Path | None = None,
     links: Mapping[str, list[str]] | None = None,
+    commit: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report record; ``links`` (invariant -> reference code, from ``@implements``) adds
-    each invariant's ``implemented_by``."""
+    each invariant's ``implemented_by``; ``commit`` (default: the checkout in ``cwd``) is the
+    code the results come from."""
     per_area: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter()
     skip_reasons: Counter[str] = Counter()
@@ -143,7 +149,7 @@ def build_report(
         },
         "skip_reasons": dict(skip_reasons.most_common()),
         "target": dict(target),
-        "commit": git_commit(cwd),
+        "commit": dict(commit) if commit is not None else git_commit(cwd),
         "generated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     if extra:
@@ -277,6 +283,103 @@ def merge_mutation(
     write_report(report, report_dir, stem)
 
 
+class MergeError(ValueError):
+    """Shard reports that cannot be combined (the message is one line)."""
+
+
+def _run_identity(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What every part of one sharded run shares: a part that differs comes from another run.
+    (The peer's version is absent from a part that ran no differential test, so only the peer
+    as named on the command line counts.)"""
+    t = summary["target"]
+    return {
+        "commit": (summary.get("commit") or {}).get("id"),
+        "target": t.get("spec"),
+        "target version": t.get("version"),
+        "capabilities": len(t.get("capabilities") or ()),
+        "claims": t.get("claims"),
+        "peer": (t.get("peer") or {}).get("spec"),
+        "hypothesis profile": summary.get("hypothesis_profile"),
+    }
+
+
+def merge_shards(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One report from the partial reports of ``--shard 1/N`` .. ``N/N`` ((name, report) pairs).
+
+    Refused (:class:`MergeError`): a report that is not a shard's, parts of different commits,
+    targets, peers or hypothesis profiles, a shard count that differs, a shard given twice or
+    missing, and parts that disagree on the collected tests."""
+    if not parts:
+        raise MergeError("no shard reports given")
+    items = list(parts)
+    for name, rep in items:
+        if "shard" not in rep:
+            raise MergeError(f"{name}: not a shard report (written by a run without --shard I/N)")
+    first_name, first = items[0]
+    count = first["shard"]["count"]
+    ident = _run_identity(first["summary"])
+    for name, rep in items[1:]:
+        for what, value in _run_identity(rep["summary"]).items():
+            if value != ident[what]:
+                raise MergeError(
+                    f"{name}: {what} {value!r} differs from {first_name}'s {ident[what]!r} "
+                    "(parts of different runs)"
+                )
+        if rep["shard"]["count"] != count:
+            raise MergeError(
+                f"{name}: shard {rep['shard']['index']}/{rep['shard']['count']} is not one of "
+                f"{count} like {first_name}"
+            )
+        if [i["tests"] for i in rep["invariants"]] != [i["tests"] for i in first["invariants"]]:
+            raise MergeError(f"{name}: collected other tests than {first_name}")
+    seen: dict[int, str] = {}
+    for name, rep in items:
+        idx = rep["shard"]["index"]
+        if idx in seen:
+            raise MergeError(f"shard {idx}/{count} given twice ({seen[idx]} and {name})")
+        seen[idx] = name
+    missing = sorted(set(range(1, count + 1)) - set(seen))
+    if missing:
+        raise MergeError(
+            f"missing shard {', '.join(f'{i}/{count}' for i in missing)} "
+            f"(have {', '.join(str(i) for i in sorted(seen))})"
+        )
+    owner: dict[str, str] = {}
+    results: dict[str, TestResult] = {}
+    for name, rep in items:
+        for nodeid in rep["shard"]["selected"]:
+            if nodeid in owner:
+                raise MergeError(f"{nodeid} ran in two shards ({owner[nodeid]} and {name})")
+            owner[nodeid] = name
+        for nodeid, r in rep["shard"]["results"].items():
+            results[nodeid] = TestResult(nodeid, r["outcome"], r.get("reason", ""))
+    registry: dict[str, Invariant] = {}
+    tests: dict[str, list[str]] = {}
+    links: dict[str, list[str]] | None = None
+    for rec in first["invariants"]:
+        status, _, planned_for = rec["status"].partition(":")
+        registry[rec["id"]] = Invariant(
+            rec["id"], rec["area"], rec["statement"], rec["source"], status, planned_for or None
+        )
+        tests[rec["id"]] = rec["tests"]
+        if "implemented_by" in rec:
+            links = links if links is not None else {}
+            links[rec["id"]] = rec["implemented_by"]
+    s = first["summary"]
+    target = dict(s["target"])
+    # The peer as loaded by any part that ran a differential test (with its version).
+    target["peer"] = max((rep["summary"]["target"].get("peer") or {} for _, rep in items), key=len)
+    extra = {k: v for k, v in s.items() if k == "hypothesis_profile"}
+    extra["shards"] = count
+    return build_report(
+        aggregate(registry, tests, results),
+        target,
+        extra=extra,
+        links=links,
+        commit=s.get("commit") or {},
+    )
+
+
 def compare_targets(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: per area, the outcome counts of each target, then every invariant whose outcome
     differs between targets (a failure on one side is a divergence worth reading)."""
@@ -339,7 +442,29 @@ def main(argv: list[str] | None = None) -> int:
     cmp_ = sub.add_parser("compare", help="compare conformance.json reports of several targets")
     cmp_.add_argument("reports", nargs="+", help="NAME=path/to/conformance.json")
     cmp_.add_argument("-o", "--output", required=True)
+    mrg = sub.add_parser("merge", help="combine the reports of --shard 1/N .. N/N into one")
+    mrg.add_argument("parts", nargs="+", help="the shards' conformance.json files")
+    mrg.add_argument("-o", "--output", required=True, help="directory for conformance.json/.md")
     args = ap.parse_args(argv)
+    if args.cmd == "merge":
+        parts: list[tuple[str, Any]] = []
+        for path in args.parts:
+            p = Path(path)
+            if not p.exists():
+                ap.error(f"shard report {p} does not exist")
+            parts.append((str(p), json.loads(p.read_text(encoding="utf-8"))))
+        try:
+            merged = merge_shards(parts)
+        except MergeError as exc:
+            print(f"merge: {exc}", file=sys.stderr)
+            return 2
+        jpath, _ = write_report(merged, Path(args.output))
+        o = merged["summary"]["outcomes"]
+        print(
+            f"wrote {jpath} and conformance.md from {len(parts)} shards: "
+            + ", ".join(f"{v} {k}" for k, v in o.items() if v)
+        )
+        return 0
     reports: dict[str, Any] = {}
     for item in args.reports:
         name, _, path = item.partition("=")

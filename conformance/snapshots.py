@@ -102,7 +102,8 @@ class ConformanceSnapshotExtension(AmberSnapshotExtension):
     @classmethod
     def dirname(cls, *, test_location: Any) -> str:
         test_dir = Path(test_location.filepath).resolve().parent
-        repo = snapshot_root().parent
+        # Mirror the test's path inside this project, whatever the root (DC_SNAPSHOT_ROOT).
+        repo = Path(__file__).resolve().parent.parent
         try:
             rel = test_dir.relative_to(repo)
         except ValueError:

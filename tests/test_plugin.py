@@ -404,3 +404,62 @@ def test_report_markdown_lists_areas(tmp_path: Path) -> None:
     md = render_markdown(report)
     assert "| demo  |          4 |      1 |" in md
     assert "planned (later)" in md
+
+
+def test_xdist_workers_feed_one_report_with_suite_defects_and_traceability(
+    suite: pytest.Pytester,
+) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('model.load')\n"
+        "def test_sneaky(target):\n"
+        "    target.forward_logits\n"
+        "@pytest.mark.invariant('DEMO-002')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_many(i):\n"
+        "    assert i < 5\n"
+    )
+    result = run(suite, "-n", "2", "--report-dir", "out", "--traceability", "strict")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*suite defects (tests touching undeclared capabilities): DEMO-001*",
+            "*active invariants without a test (1): DEMO-004*",
+        ]
+    )
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+    assert outcomes == {
+        "DEMO-001": "suite-defect",
+        "DEMO-002": "failed",
+        "DEMO-003": "planned",
+        "DEMO-004": "untested",
+    }
+    assert report["summary"]["target"]["name"] == "reference"
+    assert len(next(i for i in report["invariants"] if i["id"] == "DEMO-002")["tests"]) == 6
+
+
+def test_bad_target_under_xdist_is_one_usage_error(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok(target):\n    pass\n"
+    )
+    result = run(suite, "-n", "2", "--target", "mutant:does-not-exist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: unknown mutant 'does-not-exist'*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_bad_shard_is_a_usage_error_and_durations_are_recorded(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n@pytest.mark.invariant('DEMO-001')\ndef test_ok(target):\n    pass\n"
+    )
+    result = run(suite, "--shard", "5/4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --shard '5/4': expected I/N*"])
+    result = run(suite, "--record-durations", "d.json", "--shard", "1/1", "--report-dir", "out")
+    assert result.ret == 0
+    durations = json.loads((suite.path / "d.json").read_text())["durations"]
+    assert list(durations) == ["conf/test_demo.py::test_ok"]
+    shard = json.loads((suite.path / "out" / "conformance.json").read_text())["shard"]
+    assert shard["selected"] == ["conf/test_demo.py::test_ok"] and shard["index"] == 1
