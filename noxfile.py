@@ -16,6 +16,7 @@ import nox
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
+# `nox -s tests` runs on every core (pytest-xdist, -n auto); `nox -s conformance -- -n auto` too.
 if hasattr(nox.options, "download_python"):
     nox.options.download_python = "never"
 
@@ -44,6 +45,16 @@ def _pytest(session: nox.Session, *args: str) -> None:
     session.run("python", "-m", "pytest", *args, env=_env())
 
 
+def _workers(posargs: list[str]) -> list[str]:
+    """``-n auto`` (pytest-xdist, one worker per core) unless the arguments choose: ``-n N``,
+    ``-n 0`` for one process, or ``-p no:xdist``."""
+    chosen = any(
+        a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses="))
+        for a in posargs
+    )
+    return [] if chosen else ["-n", "auto"]
+
+
 @nox.session
 def conformance(session: nox.Session) -> None:
     """THE MAIN JOB: the conformance suite against a target (default: reference) + report."""
@@ -61,6 +72,7 @@ def tests(session: nox.Session) -> None:
     reuses the cached wheel afterwards.
     """
     _install(session, "bench", "llamacpp")
+    workers = _workers(session.posargs)
     _pytest(
         session,
         "conformance",
@@ -68,9 +80,29 @@ def tests(session: nox.Session) -> None:
         REPORTS,
         "--traceability",
         "strict",
+        *workers,
         *session.posargs,
     )
-    _pytest(session, "tests", *session.posargs)
+    # worksteal: the meta-tests' child runs differ in length by 100x; idle workers take work.
+    steal = ["--dist", "worksteal"] if workers else []
+    _pytest(session, "tests", *workers, *steal, *session.posargs)
+
+
+@nox.session
+def durations(session: nox.Session) -> None:
+    """Refresh conformance/durations.json (seconds per conformance test, what --shard balances
+    with) from one serial run of the suite against the reference; commit the file."""
+    _install(session, "llamacpp")
+    _pytest(
+        session,
+        "conformance",
+        "-p",
+        "no:xdist",
+        "-q",
+        "--record-durations",
+        "conformance/durations.json",
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -6,6 +6,7 @@ the mutant breaks; every one of those invariants must be reported ``failed``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from conformance.mutants import Mutant, all_mutants
 from conformance.spec import load_spec
-from tests.meta.suite_runs import run_conformance
+from tests.meta.suite_runs import files_naming, run_conformance
 
 MUTANTS = all_mutants()
 
@@ -26,6 +27,7 @@ def run_suite_against_mutant(mutant: Mutant, report_dir: Path) -> dict[str, Any]
         "--snapshot-warn-unused",
         "--tb=no",
         timeout=900,
+        paths=files_naming(list(mutant.kills)),
     )
     return {inv["id"]: inv["outcome"] for inv in report["invariants"] if inv["id"] in mutant.kills}
 
@@ -41,11 +43,13 @@ def test_registry_is_well_formed() -> None:
 
 
 @pytest.mark.parametrize("mutant_id", sorted(MUTANTS))
-def test_mutant_is_killed(mutant_id: str, tmp_path: Path, mutant_verdicts: dict[str, Any]) -> None:
+def test_mutant_is_killed(
+    mutant_id: str, tmp_path: Path, record_verdict: Callable[..., None]
+) -> None:
     mutant = MUTANTS[mutant_id]
     outcomes = run_suite_against_mutant(mutant, tmp_path)
     survived = {k: v for k, v in outcomes.items() if v != "failed"}
-    mutant_verdicts[mutant_id] = {"killed": not survived, "outcomes": outcomes}
+    record_verdict(mutant_id, killed=not survived, outcomes=outcomes)
     assert not survived, f"mutant {mutant_id} ({mutant.description}) survived: " + ", ".join(
         f"{k} was {v}" for k, v in sorted(survived.items())
     )
