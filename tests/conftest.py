@@ -20,6 +20,16 @@ pytest_plugins = ["pytester"]
 _VERDICTS: dict[str, dict[str, Any]] = {}
 
 
+@pytest.fixture(autouse=True)
+def _child_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under xdist the worker's environment says it is one (PYTEST_XDIST_WORKER...); a pytest
+    or bench run started by a test inherits it and then behaves as a worker would (syrupy
+    defers its unused-snapshot verdict to a controller that does not exist, pytest-benchmark
+    turns itself off). The child runs of these tests are each a whole session of their own."""
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when != "call":
         return
