@@ -136,6 +136,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_suite(session: nox.Session) -> None:
+    """The suite's own wall time, serial against -n 2 (reports/bench/suite-time.md)."""
+    # nox -s bench_suite -- --paths conformance tests --workers 1 2 4 --rounds 2
+    _install(session, "bench", "llamacpp")
+    session.run("python", "-m", "tools.bench", "suite", *session.posargs, env=_env())
+
+
+@nox.session
 def bench_compare(session: nox.Session) -> None:
     """Compare two commits (or two saved runs), interleaved in one job."""
     # nox -s bench_compare -- BASE [HEAD] [--threshold 0.1 --rounds 6 --common-only ...]

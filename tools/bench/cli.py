@@ -249,6 +249,16 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suite(a: argparse.Namespace) -> int:
+    from tools.bench import suite_time
+
+    runs = suite_time.measure(a.paths, a.workers, a.rounds, a.pytest_args, progress=log)
+    md = suite_time.write(runs, a.paths, a.pytest_args, a.report_dir)
+    print(md.read_text())
+    log(f"wrote {md} and suite-time.json")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -325,6 +335,21 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--report-dir", type=Path, default=REPORT_DIR)
     _settings_args(k, rounds=6)
     k.set_defaults(fn=cmd_calibrate)
+
+    t = sub.add_parser(
+        "suite",
+        help="the suite's own wall time, serial against -n N workers (suite-time.md)",
+    )
+    t.add_argument("--paths", nargs="+", default=["conformance"], help="default: conformance")
+    t.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="1 = serial (default: 1 2)"
+    )
+    t.add_argument("--rounds", type=int, default=1, help="alternating rounds (default 1)")
+    t.add_argument(
+        "--pytest-args", nargs=argparse.REMAINDER, default=[], help="the rest goes to pytest"
+    )
+    t.add_argument("--report-dir", type=Path, default=REPORT_DIR)
+    t.set_defaults(fn=cmd_suite)
 
     s = sub.add_parser("smoke", help="run every case once (--benchmark-disable): do they work?")
     s.add_argument("-k", dest="keyword", default=None)
