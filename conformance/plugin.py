@@ -44,6 +44,7 @@ from conformance.report import (
     area_table,
     build_report,
     format_table,
+    reach_line,
     write_report,
 )
 from conformance.spec import Invariant, SpecError, load_spec
@@ -597,6 +598,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.section(f"conformance: target {tgt['name']} {tgt['version'] or ''}".rstrip())
     for line in format_table(area_table(report)).splitlines():
         tr.write_line(line)
+    if reach_line(report):
+        tr.write_line(f"reach: {reach_line(report)}")
     failed = [i["id"] for i in report["invariants"] if i["outcome"] == "failed"]
     if failed:
         tr.write_line(f"failed invariants: {', '.join(failed)}", red=True)

@@ -126,6 +126,7 @@ def build_report(
                 "statement": inv.statement,
                 "source": inv.source,
                 "status": inv.status if inv.active else f"planned:{inv.planned_for}",
+                **({"white_box": inv.white_box} if inv.white_box else {}),
                 "tests": r.tests,
                 **({"implemented_by": list(links.get(inv.id, []))} if links is not None else {}),
                 "outcome": outcome,
@@ -143,6 +144,7 @@ def build_report(
     summary = {
         "total": len(results),
         "outcomes": {o: totals.get(o, 0) for o in OUTCOMES},
+        "reach": reach(results),
         "areas": {
             area: {o: c.get(o, 0) for o in OUTCOMES} | {"total": sum(c.values())}
             for area, c in sorted(per_area.items())
@@ -155,6 +157,36 @@ def build_report(
     if extra:
         summary.update(extra)
     return {"schema": SCHEMA_VERSION, "summary": summary, "invariants": invariants}
+
+
+def reach(results: Iterable[InvariantResult]) -> dict[str, int]:
+    """How much of the spec the run gave a verdict on: ``verdicts`` (passed or failed) of
+    ``active`` invariants; ``white_box_only`` active invariants no public decode API can show
+    (tagged in spec/), and of the others, ``reachable_unreached`` ones still skipped or
+    untested — what a black-box test (or one more claimed capability) would add."""
+    active = [r for r in results if r.invariant.active]
+    verdicts = [r for r in active if r.outcome in ("passed", "failed")]
+    white = [r for r in active if r.invariant.white_box]
+    unreached = [
+        r for r in active if r.outcome in ("skipped", "untested") and not r.invariant.white_box
+    ]
+    return {
+        "verdicts": len(verdicts),
+        "active": len(active),
+        "white_box_only": len(white),
+        "reachable_unreached": len(unreached),
+    }
+
+
+def reach_line(report: Mapping[str, Any]) -> str:
+    r = report["summary"].get("reach")
+    if not r or not r["active"]:
+        return ""
+    return (
+        f"verdicts on {r['verdicts']}/{r['active']} active invariants "
+        f"({r['verdicts'] / r['active']:.0%}); {r['white_box_only']} white-box only; "
+        f"{r['reachable_unreached']} without a verdict though a public API could show them"
+    )
 
 
 def area_table(report: Mapping[str, Any]) -> list[list[str]]:
@@ -199,6 +231,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     if "hypothesis_profile" in s:
         lines.append(f"- Hypothesis profile: `{s['hypothesis_profile']}`")
+    if reach_line(report):
+        lines.append(f"- Reach: {reach_line(report)}")
     mutation = s.get("mutation")
     if mutation:
         lines.append(
@@ -359,7 +393,13 @@ def merge_shards(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, An
     for rec in first["invariants"]:
         status, _, planned_for = rec["status"].partition(":")
         registry[rec["id"]] = Invariant(
-            rec["id"], rec["area"], rec["statement"], rec["source"], status, planned_for or None
+            rec["id"],
+            rec["area"],
+            rec["statement"],
+            rec["source"],
+            status,
+            planned_for or None,
+            white_box=rec.get("white_box"),
         )
         tests[rec["id"]] = rec["tests"]
         if "implemented_by" in rec:
@@ -394,6 +434,8 @@ def compare_targets(reports: Mapping[str, Mapping[str, Any]]) -> str:
         peer = t.get("peer") or {}
         if peer.get("name"):
             extra.append(f"differential tests against {peer['name']}")
+        if reach_line(rep):
+            extra.append(reach_line(rep))
         lines.append(line + (f" ({'; '.join(extra)})" if extra else ""))
     lines += ["", "## Passed / failed / skipped per area", ""]
     header = "| area | " + " | ".join(names) + " |"

@@ -42,6 +42,9 @@ class Invariant:
     status: str  # "active" or "planned"
     planned_for: str | None = None  # issue area for planned invariants
     location: str = ""  # "spec/<file>.md:<line>"
+    # Why no public decode API can show this rule (Status "active; white-box: <reason>"): an
+    # engine reaches it only by exposing the internal capability its tests require.
+    white_box: str | None = None
 
     @property
     def active(self) -> bool:
@@ -80,7 +83,16 @@ def parse_spec_file(path: Path) -> list[Invariant]:
             raise SpecError(f"{where}: invariant {inv_id} has an empty statement")
         if not source:
             raise SpecError(f"{where}: invariant {inv_id} has no source")
-        status_cell = status_cell.strip("` ")
+        status_cell, *tags = (part.strip("` ") for part in status_cell.split(";"))
+        white_box: str | None = None
+        for tag in tags:
+            key, _, reason = tag.partition(":")
+            if key.strip() != "white-box" or not reason.strip():
+                raise SpecError(
+                    f"{where}: invariant {inv_id} has status tag {tag!r}; "
+                    "expected 'white-box: <reason>'"
+                )
+            white_box = reason.strip()
         planned_for: str | None = None
         if status_cell == "active":
             status = "active"
@@ -101,6 +113,7 @@ def parse_spec_file(path: Path) -> list[Invariant]:
                 status=status,
                 planned_for=planned_for,
                 location=where,
+                white_box=white_box,
             )
         )
     return out

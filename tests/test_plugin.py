@@ -463,3 +463,40 @@ def test_bad_shard_is_a_usage_error_and_durations_are_recorded(suite: pytest.Pyt
     assert list(durations) == ["conf/test_demo.py::test_ok"]
     shard = json.loads((suite.path / "out" / "conformance.json").read_text())["shard"]
     assert shard["selected"] == ["conf/test_demo.py::test_ok"] and shard["index"] == 1
+
+
+def test_report_states_reach_and_white_box_only_invariants(tmp_path: Path) -> None:
+    from conformance.report import TestResult, aggregate, build_report, render_markdown
+    from conformance.spec import load_spec
+
+    spec = (
+        SPEC.replace(
+            "| DEMO-004 | A rule without a test. | nowhere | active |",
+            "| DEMO-004 | A rule without a test. | nowhere | active; white-box: cells not public |",
+        )
+        + "| DEMO-005 | Five. | nowhere | active |\n"
+    )
+    (tmp_path / "demo.md").write_text(spec)
+    reg = load_spec(tmp_path)
+    results = aggregate(
+        reg,
+        {"DEMO-001": ["t::a"], "DEMO-002": ["t::b"], "DEMO-005": ["t::c"]},
+        {
+            "t::a": TestResult("t::a", "passed"),
+            "t::b": TestResult("t::b", "failed"),
+            "t::c": TestResult("t::c", "skipped", "target 'x' lacks capability 'kv.cache'"),
+        },
+    )
+    report = build_report(results, {"name": "x", "version": "1"})
+    assert report["summary"]["reach"] == {
+        "verdicts": 2,
+        "active": 4,
+        "white_box_only": 1,
+        "reachable_unreached": 1,
+    }
+    demo4 = next(i for i in report["invariants"] if i["id"] == "DEMO-004")
+    assert demo4["white_box"] == "cells not public"
+    assert (
+        "- Reach: verdicts on 2/4 active invariants (50%); 1 white-box only; 1 without a verdict "
+        "though a public API could show them" in render_markdown(report)
+    )

@@ -38,6 +38,18 @@ def test_rows_become_invariants(tmp_path: Path) -> None:
     assert a2.status == "planned" and a2.planned_for == "kv" and not a2.active
 
 
+def test_white_box_tag_carries_its_reason(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "area_a.md",
+        "| AA-001 | Cells. | src | active; white-box: the cell table is not public |\n"
+        "| AA-002 | Rows. | src | active |\n",
+    )
+    reg = load_spec(tmp_path)
+    assert reg["AA-001"].active and reg["AA-001"].white_box == "the cell table is not public"
+    assert reg["AA-002"].white_box is None
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
@@ -46,6 +58,8 @@ def test_rows_become_invariants(tmp_path: Path) -> None:
         ("| AA-001 | Statement. | src | planned: |\n", "status 'planned:'"),
         ("| AA-001 | Statement. |  | active |\n", "has no source"),
         ("| AA-001 |  | src | active |\n", "empty statement"),
+        ("| AA-001 | Statement. | src | active; grey-box: x |\n", "status tag 'grey-box: x'"),
+        ("| AA-001 | Statement. | src | active; white-box: |\n", "status tag 'white-box:'"),
     ],
 )
 def test_malformed_rows_name_file_and_line(tmp_path: Path, row: str, message: str) -> None:
