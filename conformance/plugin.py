@@ -79,6 +79,7 @@ class _State:
     record_durations: Path | None = None
     durations: dict[str, float] = field(default_factory=dict)
     engines_info: dict[str, Any] | None = None  # target/peer description sent by an xdist worker
+    requires_by_test: dict[str, list[str]] = field(default_factory=dict)
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -331,6 +332,7 @@ def pytest_collection_modifyitems(
                 )
             else:
                 st.tests_by_invariant.setdefault(inv_id, set()).add(item.nodeid)
+        st.requires_by_test[item.nodeid] = sorted(_capabilities(item, "requires"))
         for marker in ("requires", "uses"):
             for cap in _capabilities(item, marker):
                 if cap not in known_caps:
@@ -508,6 +510,7 @@ def _worker_payload(st: _State) -> dict[str, Any]:
         "unlinked": st.unlinked,
         "shard_selected": st.shard_selected,
         "engines": _target_info(st),
+        "requires_by_test": st.requires_by_test,
     }
 
 
@@ -521,6 +524,7 @@ def _merge_worker(st: _State, payload: dict[str, Any]) -> None:
     st.links = payload["links"]
     st.unlinked = payload["unlinked"]
     st.shard_selected = payload["shard_selected"]
+    st.requires_by_test.update(payload["requires_by_test"])
     engines = dict(payload["engines"])
     if st.engines_info is not None and len(st.engines_info["peer"]) > len(engines["peer"]):
         engines["peer"] = st.engines_info["peer"]  # a worker that loaded the peer names it
@@ -544,8 +548,18 @@ def _build(st: _State) -> dict[str, Any]:
     registry = _registry(st)
     unrun = f"not in this shard ({st.shard})" if st.shard else "not selected in this run"
     results = aggregate(registry, st.tests_by_invariant, st.results, missing_reason=unrun)
+    info = _target_info(st)
+    claimed = frozenset(info.get("capabilities") or ())
+    needs = {
+        inv_id: [sorted(set(st.requires_by_test.get(t, ())) - claimed) for t in tests]
+        for inv_id, tests in st.tests_by_invariant.items()
+    }
     report = build_report(
-        results, _target_info(st), extra={"hypothesis_profile": st.profile}, links=st.links
+        results,
+        info,
+        extra={"hypothesis_profile": st.profile},
+        links=st.links,
+        needs={k: min(v, key=lambda m: (len(m), m)) for k, v in needs.items() if v},
     )
     if st.shard is not None:
         report["shard"] = {
@@ -600,6 +614,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line)
     if reach_line(report):
         tr.write_line(f"reach: {reach_line(report)}")
+    away = report["summary"]["reach"].get("one_capability_away") or {}
+    if away:
+        top = ", ".join(f"{cap} +{n}" for cap, n in list(away.items())[:6])
+        tr.write_line(f"claiming one more capability would add: {top}")
     failed = [i["id"] for i in report["invariants"] if i["outcome"] == "failed"]
     if failed:
         tr.write_line(f"failed invariants: {', '.join(failed)}", red=True)

@@ -103,14 +103,17 @@ def build_report(
     cwd: Path | None = None,
     links: Mapping[str, list[str]] | None = None,
     commit: Mapping[str, Any] | None = None,
+    needs: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The report record; ``links`` (invariant -> reference code, from ``@implements``) adds
-    each invariant's ``implemented_by``; ``commit`` (default: the checkout in ``cwd``) is the
+    each invariant's ``implemented_by``; ``needs`` (invariant -> the fewest capabilities the
+    target lacks for one of its tests) is kept for the invariants without a verdict; ``commit`` (default: the checkout in ``cwd``) is the
     code the results come from."""
     per_area: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter()
     skip_reasons: Counter[str] = Counter()
     invariants = []
+    needs = needs or {}
     for r in results:
         outcome = r.outcome
         totals[outcome] += 1
@@ -130,6 +133,11 @@ def build_report(
                 "tests": r.tests,
                 **({"implemented_by": list(links.get(inv.id, []))} if links is not None else {}),
                 "outcome": outcome,
+                **(
+                    {"needs": list(needs[inv.id])}
+                    if needs.get(inv.id) and outcome in ("skipped", "untested")
+                    else {}
+                ),
                 "details": [
                     {
                         "test": t.nodeid,
@@ -144,7 +152,7 @@ def build_report(
     summary = {
         "total": len(results),
         "outcomes": {o: totals.get(o, 0) for o in OUTCOMES},
-        "reach": reach(results),
+        "reach": reach(results, needs),
         "areas": {
             area: {o: c.get(o, 0) for o in OUTCOMES} | {"total": sum(c.values())}
             for area, c in sorted(per_area.items())
@@ -159,22 +167,33 @@ def build_report(
     return {"schema": SCHEMA_VERSION, "summary": summary, "invariants": invariants}
 
 
-def reach(results: Iterable[InvariantResult]) -> dict[str, int]:
+def reach(
+    results: Iterable[InvariantResult], needs: Mapping[str, list[str]] | None = None
+) -> dict[str, Any]:
     """How much of the spec the run gave a verdict on: ``verdicts`` (passed or failed) of
     ``active`` invariants; ``white_box_only`` active invariants no public decode API can show
     (tagged in spec/), and of the others, ``reachable_unreached`` ones still skipped or
-    untested — what a black-box test (or one more claimed capability) would add."""
+    untested — what a black-box test (or one more claimed capability) would add;
+    ``one_capability_away``: per capability the target does not claim, how many of those it
+    alone would unlock (the invariant has a test needing just it)."""
+    needs = needs or {}
     active = [r for r in results if r.invariant.active]
     verdicts = [r for r in active if r.outcome in ("passed", "failed")]
     white = [r for r in active if r.invariant.white_box]
     unreached = [
         r for r in active if r.outcome in ("skipped", "untested") and not r.invariant.white_box
     ]
+    away: Counter[str] = Counter(
+        needs[r.invariant.id][0]
+        for r in active
+        if r.outcome in ("skipped", "untested") and len(needs.get(r.invariant.id, ())) == 1
+    )
     return {
         "verdicts": len(verdicts),
         "active": len(active),
         "white_box_only": len(white),
         "reachable_unreached": len(unreached),
+        "one_capability_away": dict(sorted(away.items(), key=lambda kv: (-kv[1], kv[0]))),
     }
 
 
@@ -233,6 +252,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"- Hypothesis profile: `{s['hypothesis_profile']}`")
     if reach_line(report):
         lines.append(f"- Reach: {reach_line(report)}")
+        away = s["reach"].get("one_capability_away") or {}
+        if away:
+            lines.append(
+                "- Claiming one more capability would add: "
+                + ", ".join(f"`{cap}` +{n}" for cap, n in away.items())
+            )
     mutation = s.get("mutation")
     if mutation:
         lines.append(
@@ -390,6 +415,7 @@ def merge_shards(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, An
     registry: dict[str, Invariant] = {}
     tests: dict[str, list[str]] = {}
     links: dict[str, list[str]] | None = None
+    needs = {rec["id"]: rec["needs"] for rec in first["invariants"] if rec.get("needs")}
     for rec in first["invariants"]:
         status, _, planned_for = rec["status"].partition(":")
         registry[rec["id"]] = Invariant(
@@ -417,6 +443,7 @@ def merge_shards(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, An
         extra=extra,
         links=links,
         commit=s.get("commit") or {},
+        needs=needs,
     )
 
 

@@ -83,7 +83,8 @@ def parse_spec_file(path: Path) -> list[Invariant]:
             raise SpecError(f"{where}: invariant {inv_id} has an empty statement")
         if not source:
             raise SpecError(f"{where}: invariant {inv_id} has no source")
-        status_cell, *tags = (part.strip("` ") for part in status_cell.split(";"))
+        # One tag at most, after the first semicolon (its reason may hold more of them).
+        status_cell, *tags = (part.strip("` ") for part in status_cell.split(";", 1))
         white_box: str | None = None
         for tag in tags:
             key, _, reason = tag.partition(":")

@@ -139,6 +139,10 @@ def test_missing_capability_skips_and_is_counted(suite: pytest.Pytester) -> None
     report = json.loads((suite.path / "out" / "conformance.json").read_text())
     assert {i["id"]: i["outcome"] for i in report["invariants"]}["DEMO-001"] == "skipped"
     assert report["summary"]["skip_reasons"] == {"target 'empty' lacks capability 'model.load'": 1}
+    demo1 = next(i for i in report["invariants"] if i["id"] == "DEMO-001")
+    assert demo1["needs"] == ["model.load"]
+    assert report["summary"]["reach"]["one_capability_away"] == {"model.load": 1}
+    result.stdout.fnmatch_lines(["*claiming one more capability would add: model.load +1*"])
 
 
 def test_touching_an_undeclared_capability_is_a_suite_defect(suite: pytest.Pytester) -> None:
@@ -487,16 +491,20 @@ def test_report_states_reach_and_white_box_only_invariants(tmp_path: Path) -> No
             "t::c": TestResult("t::c", "skipped", "target 'x' lacks capability 'kv.cache'"),
         },
     )
-    report = build_report(results, {"name": "x", "version": "1"})
+    report = build_report(results, {"name": "x", "version": "1"}, needs={"DEMO-005": ["kv.cache"]})
     assert report["summary"]["reach"] == {
         "verdicts": 2,
         "active": 4,
         "white_box_only": 1,
         "reachable_unreached": 1,
+        "one_capability_away": {"kv.cache": 1},
     }
+    demo5 = next(i for i in report["invariants"] if i["id"] == "DEMO-005")
+    assert demo5["needs"] == ["kv.cache"]
     demo4 = next(i for i in report["invariants"] if i["id"] == "DEMO-004")
     assert demo4["white_box"] == "cells not public"
     assert (
         "- Reach: verdicts on 2/4 active invariants (50%); 1 white-box only; 1 without a verdict "
         "though a public API could show them" in render_markdown(report)
     )
+    assert "- Claiming one more capability would add: `kv.cache` +1" in render_markdown(report)
