@@ -83,6 +83,22 @@ def test_token_outside_vocabulary_names_the_first_bad_token(
     assert ctx.last_error is None
 
 
+@pytest.mark.invariant("DEC-017")
+@pytest.mark.requires("decoder.memory_ops", "decoder.batch_rules")
+@pytest.mark.parametrize("tokens", [[5, -1, 6], [5, 6, N_VOCAB], [N_VOCAB + 100]])
+def test_token_outside_vocabulary_returns_minus_one_and_changes_nothing(
+    new_ctx: Callable[..., Any], tokens: list[int]
+) -> None:
+    """DEC-017 as decode shows it (the code naming the token is checked above, with
+    decoder.errors): -1, the memory as it was, and the context still usable."""
+    ctx = new_ctx(n_batch=32)
+    assert ctx.decode(batch(prompt(3))) == 0
+    with unchanged(lambda: memory_view(ctx), "seq_pos_min/max"):
+        assert ctx.decode(batch(tokens)) == -1
+    assert ctx.decode(batch(prompt(2))) == 0
+    assert ctx.seq_pos_max(0) == 4
+
+
 @pytest.mark.invariant("DEC-013")
 @pytest.mark.requires("decoder.errors")
 def test_decode_rejects_non_batches_with_type_error(new_ctx: Callable[..., Any]) -> None:

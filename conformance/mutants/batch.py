@@ -198,7 +198,143 @@ def _split_plan_kv_swapped(t: Any) -> Any:
     return t
 
 
+# -- defects that decode alone shows (conformance/batch/test_decode_visible.py) ---------------
+
+
+def _sanitizer_writes_caller_batch(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.sanitize
+
+    def sanitize(batch: Any, **kw: Any) -> Any:
+        try:
+            return original(batch, **kw)
+        finally:
+            if batch.token is not None and batch.token.size and batch.token.flags.writeable:
+                batch.token[-1] = 0  # "normalizes" the caller's array in place
+
+    replace(SAN, "sanitize", sanitize)
+    return t
+
+
+def _duplicate_ids_kept(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.resolve_seq_ids
+
+    def resolve_seq_ids(sid: Any, nsid: Any, n: int, n_seq_max: int) -> Any:
+        out, counts = original(sid, nsid, n, n_seq_max)
+        if sid is None or nsid is None or sid.shape[1] == 1:
+            return out, counts
+        return np.ascontiguousarray(sid, dtype=np.int32), nsid.astype(np.int32)  # [0, 0] stays
+
+    replace(SAN, "resolve_seq_ids", resolve_seq_ids)
+    return t
+
+
+def _overlapping_sets_refused(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.sanitize
+
+    def sanitize(batch: Any, **kw: Any) -> Any:
+        sb = original(batch, **kw)
+        sets = [frozenset(sb.batch.seq_ids_of(i)) for i in range(sb.n_tokens)]
+        for i, a in enumerate(sets):
+            for b in sets[:i]:
+                if a != b and a & b:  # llama.cpp's "incompatible sets" check made to fire
+                    raise mod.fail(
+                        mod.SAN_SEQ_DIVERGED, "incompatible sets", field="seq_id", index=i
+                    )
+        return sb
+
+    replace(SAN, "sanitize", sanitize)
+    return t
+
+
+def _empty_sequence_starts_at_zero(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.check_positions
+
+    def check_positions(
+        view: Any, pmin: Any, pmax: Any, memory: Any, n_pos: int, tok: bool
+    ) -> None:
+        original(view, pmin, pmax, memory, n_pos, tok)
+        for g, s in enumerate(view.seqs):
+            empty = memory is None or memory.seq_pos_max(int(s)) < 0
+            if empty and int(pmin[g]) != 0:
+                raise mod.fail(mod.SAN_POS_MEMORY, "a new sequence must start at 0", field="pos")
+
+    replace(SAN, "check_positions", check_positions)
+    return t
+
+
+def _token_range_off_by_one(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.check_token_range
+    replace(SAN, "check_token_range", lambda token, n_vocab: original(token, n_vocab + 1))
+    return t
+
+
+def _filling_keeps_state(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.auto_positions
+    calls = [0]
+
+    def auto_positions(first_seq: Any, memory: Any, n_pos: int, has_token: bool) -> Any:
+        calls[0] += 1  # state carried from one batch to the next
+        return original(first_seq, memory, n_pos, has_token) + (calls[0] % 2)
+
+    replace(SAN, "auto_positions", auto_positions)
+    return t
+
+
 MUTANTS = [
+    Mutant(
+        "san-token-range-off-by-one",
+        "batch",
+        "token id n_vocab is accepted",
+        kills=("SAN-004", "DEC-017"),
+        apply=_token_range_off_by_one,
+    ),
+    Mutant(
+        "san-writes-caller-batch",
+        "batch",
+        "the sanitizer decode runs writes into the caller's token array",
+        kills=("SAN-022",),
+        apply=_sanitizer_writes_caller_batch,
+    ),
+    Mutant(
+        "san-duplicate-ids-kept",
+        "batch",
+        "a sequence listed twice by one token stays listed twice (the token counts as coupled)",
+        kills=("SAN-009",),
+        apply=_duplicate_ids_kept,
+    ),
+    Mutant(
+        "san-overlapping-sets-refused",
+        "batch",
+        "llama.cpp's never-firing 'incompatible sequence sets' check fires",
+        kills=("SAN-020",),
+        apply=_overlapping_sets_refused,
+    ),
+    Mutant(
+        "san-new-sequence-starts-at-zero",
+        "batch",
+        "a sequence absent from memory must start at position 0",
+        kills=("SAN-021",),
+        apply=_empty_sequence_starts_at_zero,
+    ),
+    Mutant(
+        "san-filling-keeps-state",
+        "batch",
+        "generated positions depend on how many batches were filled before",
+        kills=("SAN-023",),
+        apply=_filling_keeps_state,
+    ),
     Mutant(
         "san-gap-accepted",
         "batch",
