@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.assertions import assert_code, unchanged
+from conformance.assertions import assert_code, assert_nmse, unchanged
 from conformance.decoder.helpers import batch, memory_view, prompt
 from reference_impl.batch.types import Batch
 
@@ -176,3 +176,46 @@ def test_filling_is_deterministic_and_filled_batches_decode_the_same(
     assert filled.decode(batch(toks, seqs=seqs, pos=[1, 1, 2, 0, 3], out=[1] * 5)) == 0
     assert memory_view(filled) == runs[0][0]
     np.testing.assert_array_equal(_logit_rows(filled, 5), runs[0][1])
+
+
+# -- splitter rules decode shows: every token once, every output once -------------------------
+
+SPLIT_SEQS = [[0], [1], [0], [2], [1], [0], [2], [1], [0], [3], [0], [1]]
+SPLIT_OUT = [1, 0, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1]
+
+
+def _split_run(new_ctx: Callable[..., Any], n_ubatch: int, unified: bool) -> tuple[Any, Any]:
+    ctx = new_ctx(n_batch=16, n_ubatch=n_ubatch, n_seq_max=4, kv_unified=unified)
+    b = batch(prompt(len(SPLIT_SEQS)), seqs=SPLIT_SEQS, out=SPLIT_OUT)
+    assert ctx.decode(b) == 0, f"n_ubatch {n_ubatch}"
+    flagged = [i for i, f in enumerate(SPLIT_OUT) if f]
+    return ctx, np.stack([np.asarray(ctx.get_logits_ith(i)) for i in flagged])
+
+
+@pytest.mark.invariant("SPL-005", "SPL-020")
+@pytest.mark.parametrize("unified", [True, False], ids=["one-stream", "streams"])
+@pytest.mark.parametrize("n_ubatch", [1, 2, 3, 5])
+def test_every_token_reaches_memory_once_whatever_the_split(
+    new_ctx: Callable[..., Any], n_ubatch: int, unified: bool
+) -> None:
+    """A token split into no ubatch, or into two, shows in ``seq_pos_*`` or in the logits of
+    the tokens after it (a missing or doubled key): both must equal the one-ubatch decode's
+    (DEC-056's bound, NMSE <= 1e-9)."""
+    whole, ref = _split_run(new_ctx, 16, unified)
+    ctx, rows = _split_run(new_ctx, n_ubatch, unified)
+    # positions are generated per sequence: s holds 0 .. (its token count - 1)
+    expect = {s: (0, sum(1 for ids in SPLIT_SEQS if s in ids) - 1) for s in range(4)}
+    assert memory_view(ctx) == memory_view(whole) == expect
+    for k in range(rows.shape[0]):
+        assert_nmse(ref[k], rows[k], 1e-9, f"output {k}, n_ubatch {n_ubatch}")
+
+
+@pytest.mark.invariant("SPL-007")
+@pytest.mark.parametrize("unified", [True, False], ids=["one-stream", "streams"])
+@pytest.mark.parametrize("n_ubatch", [1, 2, 3, 16])
+def test_every_flagged_token_gets_one_output_whatever_the_split(
+    new_ctx: Callable[..., Any], n_ubatch: int, unified: bool
+) -> None:
+    ctx, rows = _split_run(new_ctx, n_ubatch, unified)
+    assert ctx.n_outputs() == sum(SPLIT_OUT) == rows.shape[0]
+    assert np.asarray(ctx.get_logits()).shape[0] == sum(SPLIT_OUT)

@@ -278,6 +278,42 @@ def _token_range_off_by_one(t: Any) -> Any:
     return t
 
 
+def _replace_splitter(cls: Any) -> None:
+    """The splitter both for the batch area's own calls and for the decoder, which imported
+    the class by name."""
+    replace(SPL, "BatchSplitter", cls)
+    replace("reference_impl.decoder.context", "BatchSplitter", cls)
+
+
+def _simple_repeats_last(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        def split_simple(self, n_ubatch: int) -> Any:
+            ub = super().split_simple(n_ubatch)
+            if ub.n_tokens and int(ub.idxs[0]) > 0 and n_ubatch > 1:
+                # the previous ubatch's last token is emitted again at the front
+                return self._emit(np.concatenate(([int(ub.idxs[0]) - 1], ub.idxs)), 0, False)
+            return ub
+
+    _replace_splitter(Splitter)
+    return t
+
+
+def _later_outputs_dropped(t: Any) -> Any:
+    import reference_impl.batch.split as mod
+
+    class Splitter(mod.BatchSplitter):
+        def _emit(self, idxs: Any, n_seqs: int, equal_seqs: bool, *a: Any, **kw: Any) -> Any:
+            ub = super()._emit(idxs, n_seqs, equal_seqs, *a, **kw)
+            if len(self._out_chunks) > 1 and self._out_chunks[-1].size:
+                self._out_chunks[-1] = self._out_chunks[-1][1:]  # one output of this ubatch lost
+            return ub
+
+    _replace_splitter(Splitter)
+    return t
+
+
 def _filling_keeps_state(t: Any) -> Any:
     import reference_impl.batch.sanitize as mod
 
@@ -293,6 +329,20 @@ def _filling_keeps_state(t: Any) -> Any:
 
 
 MUTANTS = [
+    Mutant(
+        "spl-simple-repeats-last",
+        "batch",
+        "split_simple emits the previous ubatch's last token again",
+        kills=("SPL-005", "SPL-020"),
+        apply=_simple_repeats_last,
+    ),
+    Mutant(
+        "spl-later-outputs-dropped",
+        "batch",
+        "each ubatch after the first loses one output from out_ids",
+        kills=("SPL-007",),
+        apply=_later_outputs_dropped,
+    ),
     Mutant(
         "san-token-range-off-by-one",
         "batch",
