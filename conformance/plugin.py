@@ -16,6 +16,8 @@
 * ``--report-dir DIR``: writes ``DIR/conformance.json`` and ``DIR/conformance.md``.
 * ``--only-invariants ID,...``: run only the tests that check those invariants (used by the
   meta-tests to run a mutant against the checks it must fail).
+* ``--claims=black-box``: the target keeps only the capabilities of a public decode API
+  (:data:`conformance.protocol.BLACK_BOX`); what it earns then is its black-box reach.
 * ``--claims=minimal``: each test sees a target that claims exactly the capabilities the test
   requires (its ``uses`` ones absent): proves that no test leans on more than it declares.
 * Collect-only runs (``--co``) leave ``--report-dir`` alone.
@@ -100,9 +102,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--claims",
-        choices=("target", "minimal"),
+        choices=("target", "minimal", "black-box"),
         default="target",
-        help="minimal: each test sees a target claiming only the capabilities it requires",
+        help="minimal: each test sees a target claiming only the capabilities it requires; "
+        "black-box: the target keeps only what a public decode API offers (protocol.BLACK_BOX)",
     )
     group.addoption(
         "--spec-dir", default=None, help="directory of spec/*.md (default: packaged spec)"
@@ -219,7 +222,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     st = _state(config)
     return [
         f"decode-conformance: target={st.target_spec} peer={st.peer_spec} "
-        f"hypothesis-profile={st.profile}" + (" claims=minimal" if st.claims == "minimal" else "")
+        f"hypothesis-profile={st.profile}"
+        + (f" claims={st.claims}" if st.claims != "target" else "")
     ]
 
 
@@ -385,10 +389,20 @@ def _keep_shard(st: _State, config: pytest.Config, items: list[pytest.Item]) -> 
         items[:] = keep
 
 
+def _claimed(st: _State, engine: Any) -> frozenset[str]:
+    """What the engine claims in this run (``--claims=black-box`` withdraws the internals)."""
+    caps = frozenset(engine.capabilities)
+    if st.claims == "black-box":
+        from conformance.protocol import black_box
+
+        return black_box(caps)
+    return caps
+
+
 def _grant(st: _State, item: pytest.Item, engine: Any, label: str) -> gate.Grant:
     required = _capabilities(item, "requires")
     optional = _capabilities(item, "uses")
-    claimed = required if st.claims == "minimal" else frozenset(engine.capabilities)
+    claimed = required if st.claims == "minimal" else _claimed(st, engine)
     return gate.make_grant(f"{label} '{engine.name}'", required, optional, claimed)
 
 
@@ -411,7 +425,7 @@ def peer(request: pytest.FixtureRequest) -> gate.TargetView:
         pytest.skip(st.peer_error or "no peer engine")
     if st.peer_spec.strip() == st.target_spec.strip():
         pytest.skip(f"target and peer are the same engine ({st.peer_spec})")
-    missing = sorted(_capabilities(request.node, "requires") - frozenset(engine.capabilities))
+    missing = sorted(_capabilities(request.node, "requires") - _claimed(st, engine))
     if missing:
         pytest.skip(f"peer '{engine.name}' lacks capability '{missing[0]}'")
     return gate.view(engine, _grant(st, request.node, engine, "peer"))
@@ -422,7 +436,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     st = _state(item.config)
     tgt = _ensure_target(st)
-    caps = frozenset(tgt.capabilities)
+    caps = _claimed(st, tgt)
     for cap in sorted(_capabilities(item, "requires")):
         if cap not in caps:
             pytest.skip(f"target '{tgt.name}' lacks capability '{cap}'")
@@ -537,7 +551,7 @@ def _target_info(st: _State) -> dict[str, Any]:
     tgt = st.target
     info: dict[str, Any] = {"name": st.target_spec, "version": None, "capabilities": []}
     if tgt is not None:
-        info = {"name": tgt.name, "version": tgt.version, "capabilities": sorted(tgt.capabilities)}
+        info = {"name": tgt.name, "version": tgt.version, "capabilities": sorted(_claimed(st, tgt))}
     peer = {"spec": st.peer_spec}
     if st.peer is not None:
         peer |= {"name": st.peer.name, "version": st.peer.version}

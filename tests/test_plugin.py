@@ -508,3 +508,27 @@ def test_report_states_reach_and_white_box_only_invariants(tmp_path: Path) -> No
         "though a public API could show them" in render_markdown(report)
     )
     assert "- Claiming one more capability would add: `kv.cache` +1" in render_markdown(report)
+
+
+def test_black_box_claims_withdraw_the_internal_capabilities(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\n"
+        "@pytest.mark.requires('kv.cache')\n"
+        "def test_cells(target):\n    pass\n"
+        "@pytest.mark.invariant('DEMO-002')\n"
+        "@pytest.mark.requires('decoder.logits')\n"
+        "@pytest.mark.uses('decoder.introspection')\n"
+        "def test_decode(target):\n    assert not target.has('decoder.introspection')\n"
+    )
+    result = run(suite, "--claims=black-box", "--report-dir", "out")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*claims=black-box*"])
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+    assert outcomes["DEMO-001"] == "skipped" and outcomes["DEMO-002"] == "passed"
+    assert report["summary"]["skip_reasons"] == {
+        "target 'reference' lacks capability 'kv.cache'": 1
+    }
+    assert "kv.cache" not in report["summary"]["target"]["capabilities"]
+    assert report["summary"]["target"]["claims"] == "black-box"

@@ -236,3 +236,11 @@ def test_template_adapter_loads_and_validates() -> None:
     assert {"model.load", "decoder.logits", "decoder.memory_ops"} <= set(target.capabilities)
     with pytest.raises(NotImplementedError):
         target.load_model("model.gguf")
+
+
+def test_llamacpp_claims_only_what_a_public_decode_api_offers() -> None:
+    """llama.cpp is the model of a black-box engine: everything it claims is in BLACK_BOX."""
+    from conformance.protocol import black_box
+
+    claimed = frozenset(LlamaCppTarget.capabilities)
+    assert black_box(claimed) == claimed, sorted(claimed - black_box(claimed))

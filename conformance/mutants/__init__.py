@@ -31,6 +31,9 @@ class Mutant:
     description: str  # the defect, in one sentence
     kills: tuple[str, ...]  # invariant IDs that must be reported failed
     apply: Callable[[Any], Any]  # reference target -> mutated target
+    # True: a public decode API shows the defect, so it must die with --claims=black-box too
+    # (tests/meta/test_mutants.py runs it a second time that way).
+    black_box: bool = False
 
 
 def replace(module: str, attr: str, new: Any) -> Any:

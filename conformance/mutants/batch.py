@@ -335,6 +335,7 @@ MUTANTS = [
         "split_simple emits the previous ubatch's last token again",
         kills=("SPL-005", "SPL-020"),
         apply=_simple_repeats_last,
+        black_box=True,
     ),
     Mutant(
         "spl-later-outputs-dropped",
@@ -342,6 +343,7 @@ MUTANTS = [
         "each ubatch after the first loses one output from out_ids",
         kills=("SPL-007",),
         apply=_later_outputs_dropped,
+        black_box=True,
     ),
     Mutant(
         "san-token-range-off-by-one",
@@ -349,6 +351,7 @@ MUTANTS = [
         "token id n_vocab is accepted",
         kills=("SAN-004", "DEC-017"),
         apply=_token_range_off_by_one,
+        black_box=True,
     ),
     Mutant(
         "san-writes-caller-batch",
@@ -356,6 +359,7 @@ MUTANTS = [
         "the sanitizer decode runs writes into the caller's token array",
         kills=("SAN-022",),
         apply=_sanitizer_writes_caller_batch,
+        black_box=True,
     ),
     Mutant(
         "san-duplicate-ids-kept",
@@ -363,6 +367,7 @@ MUTANTS = [
         "a sequence listed twice by one token stays listed twice (the token counts as coupled)",
         kills=("SAN-009",),
         apply=_duplicate_ids_kept,
+        black_box=True,
     ),
     Mutant(
         "san-overlapping-sets-refused",
@@ -370,6 +375,7 @@ MUTANTS = [
         "llama.cpp's never-firing 'incompatible sequence sets' check fires",
         kills=("SAN-020",),
         apply=_overlapping_sets_refused,
+        black_box=True,
     ),
     Mutant(
         "san-new-sequence-starts-at-zero",
@@ -377,6 +383,7 @@ MUTANTS = [
         "a sequence absent from memory must start at position 0",
         kills=("SAN-021",),
         apply=_empty_sequence_starts_at_zero,
+        black_box=True,
     ),
     Mutant(
         "san-filling-keeps-state",
@@ -384,6 +391,7 @@ MUTANTS = [
         "generated positions depend on how many batches were filled before",
         kills=("SAN-023",),
         apply=_filling_keeps_state,
+        black_box=True,
     ),
     Mutant(
         "san-gap-accepted",

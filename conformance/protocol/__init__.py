@@ -31,6 +31,44 @@ from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
+# What a C-style public decode API (llama.h and engines in its image) offers: load a model, run
+# it, tokenize, create contexts, decode/encode with return codes, read logits and embeddings,
+# edit sequences in memory, abort, and sample with a chain. ``--claims=black-box`` withdraws
+# every other capability from the target, so a run shows what an engine with only this API
+# earns; the meta-tests prove that black-box mutants die in such a run.
+BLACK_BOX: frozenset[str] = frozenset(
+    {
+        "model.load",
+        "model.forward",
+        "tokenizer.tokenize",
+        "decoder.params",
+        "decoder.logits",
+        "decoder.batch_rules",
+        "decoder.memory_ops",
+        "decoder.shift",
+        "decoder.embeddings",
+        "decoder.pooling",
+        "decoder.non_causal",
+        "decoder.encode",
+        "decoder.abort",
+        "decoder.kv_dtype",
+        "sampling.chain",
+        "sampling.default_chain",
+    }
+)
+
+
+def black_box(capabilities: Iterable[str]) -> frozenset[str]:
+    """The part of ``capabilities`` a public decode API offers (every sampler counts)."""
+    return frozenset(c for c in capabilities if c in BLACK_BOX or _is_sampler(c))
+
+
+def _is_sampler(cap: str) -> bool:
+    from conformance.protocol.sampling import SAMPLERS
+
+    return cap in SAMPLERS
+
+
 # Capabilities renamed when areas took their spec file's name (a one-line hint at load time).
 RENAMED: dict[str, str] = {
     "decode.logits": "decoder.logits",

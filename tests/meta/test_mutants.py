@@ -19,10 +19,11 @@ from tests.meta.suite_runs import files_naming, run_conformance
 MUTANTS = all_mutants()
 
 
-def run_suite_against_mutant(mutant: Mutant, report_dir: Path) -> dict[str, Any]:
+def run_suite_against_mutant(mutant: Mutant, report_dir: Path, *extra: str) -> dict[str, Any]:
     _, report = run_conformance(
         report_dir,
         f"--target=mutant:{mutant.id}",
+        *extra,
         f"--only-invariants={','.join(mutant.kills)}",
         "--snapshot-warn-unused",
         "--tb=no",
@@ -51,5 +52,22 @@ def test_mutant_is_killed(
     survived = {k: v for k, v in outcomes.items() if v != "failed"}
     record_verdict(mutant_id, killed=not survived, outcomes=outcomes)
     assert not survived, f"mutant {mutant_id} ({mutant.description}) survived: " + ", ".join(
+        f"{k} was {v}" for k, v in sorted(survived.items())
+    )
+
+
+BLACK_BOX = sorted(m.id for m in MUTANTS.values() if m.black_box)
+
+
+@pytest.mark.parametrize("mutant_id", BLACK_BOX)
+def test_black_box_mutant_is_killed_through_a_public_decode_api(
+    mutant_id: str, tmp_path: Path
+) -> None:
+    """A defect a public decode API shows must die when the mutant target keeps only that API
+    (``--claims=black-box``): the decode-level tests catch it without the white-box ones."""
+    mutant = MUTANTS[mutant_id]
+    outcomes = run_suite_against_mutant(mutant, tmp_path, "--claims=black-box")
+    survived = {k: v for k, v in outcomes.items() if v != "failed"}
+    assert not survived, f"black-box mutant {mutant_id} survived: " + ", ".join(
         f"{k} was {v}" for k, v in sorted(survived.items())
     )
