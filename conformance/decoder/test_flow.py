@@ -203,7 +203,7 @@ def _fill(ctx: Any, n: int, n_batch: int) -> None:
 
 
 @pytest.mark.uses("decoder.introspection", "decoder.errors")
-@pytest.mark.invariant("DEC-023")
+@pytest.mark.invariant("DEC-023", "MEM-008")
 @pytest.mark.requires("decoder.memory_ops")
 def test_no_slot_returns_one_and_leaves_memory_exactly_as_it_was(
     new_ctx: Callable[..., Any], target: Any
@@ -292,6 +292,43 @@ def test_abort_from_ubatch_k_keeps_the_earlier_ubatches(new_ctx: Callable[..., A
     ctx.set_abort_callback(abort_from_third_ubatch)
     assert ctx.decode(batch(prompt(12))) == 2
     assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (0, 7)  # ubatches 0 and 1 of 4 tokens
+
+
+@pytest.mark.invariant("MEM-003")
+@pytest.mark.requires("decoder.abort", "decoder.memory_ops")
+@pytest.mark.uses("decoder.faults")
+def test_memory_outcomes_become_decode_return_codes(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
+    """What decode shows of MEM-003: no slot -> 1, success -> 0, an aborted ubatch -> 2, and,
+    where faults can be injected, a failed allocation -> -2 and a failed compute -> -3."""
+    ctx = new_ctx(n_ctx=256, n_batch=64, n_ubatch=16)
+    _fill(ctx, 250, 64)
+    assert ctx.decode(batch(prompt(10))) == 1
+    assert ctx.decode(batch(prompt(6))) == 0
+    aborting = new_ctx(n_batch=32, n_ubatch=4)
+    aborting.set_abort_callback(lambda: True)
+    assert aborting.decode(batch(prompt(6))) == 2
+    if target.has("decoder.faults"):
+        for status, code in ((ComputeStatus.ALLOC_FAILED, -2), (ComputeStatus.FAILED, -3)):
+            failing = new_ctx(n_batch=32, n_ubatch=4)
+            target.inject_failure(failing, 0, status)
+            assert failing.decode(batch(prompt(3))) == code, status.name
+
+
+@pytest.mark.invariant("MEM-011")
+@pytest.mark.requires("decoder.abort", "decoder.memory_ops")
+def test_an_aborted_ubatch_rolls_back_every_sequence_it_lists(
+    new_ctx: Callable[..., Any],
+) -> None:
+    """Tokens shared by sequences 0 and 1, split into ubatches of 4; the second is aborted:
+    both sequences lose positions 4.. (not only each token's first sequence), sequence 2 is
+    untouched."""
+    ctx = new_ctx(n_batch=32, n_ubatch=4, n_seq_max=3, kv_unified=True)
+    assert ctx.decode(batch(prompt(2), seqs=[[2]] * 2)) == 0
+    ctx.set_abort_callback(lambda: ctx.seq_pos_max(0) >= 4)
+    assert ctx.decode(batch(prompt(8), seqs=[[0, 1]] * 8)) == 2
+    assert memory_view(ctx, range(3)) == {0: (0, 3), 1: (0, 3), 2: (0, 1)}
 
 
 @pytest.mark.invariant("DEC-011", "DEC-031", "DEC-042")

@@ -206,7 +206,7 @@ MUTANTS = [
         "kv-prepare-mutates",
         "kv",
         "prepare applies the ubatches for real and never restores the cells",
-        ("KV-008",),
+        ("KV-008", "MEM-008"),
         _prepare_keeps_changes,
     ),
     Mutant(

@@ -136,7 +136,31 @@ def _hybrid_attention_first(target: Any) -> Any:
     return target
 
 
+def _abort_code_minus_three(target: Any) -> Any:
+    import reference_impl.memory.status as mod
+
+    original = mod.ubatch_failure_decode_code
+
+    def ubatch_failure_decode_code(status: Any) -> int:
+        if status == mod.ComputeStatus.ABORTED:
+            return mod.DECODE_COMPUTE_FAILED  # an abort reported as a compute failure
+        return int(original(status))
+
+    # the coordinator reads it from its module; the decoder imported it by name
+    for module in ("reference_impl.memory.status", "reference_impl.decoder.context"):
+        replace(module, "ubatch_failure_decode_code", ubatch_failure_decode_code)
+    return target
+
+
 MUTANTS = [
+    Mutant(
+        "mem-abort-code-minus-three",
+        "memory",
+        "an aborted ubatch makes decode return -3 instead of 2",
+        kills=("MEM-003", "DEC-029"),
+        apply=_abort_code_minus_three,
+        black_box=True,
+    ),
     Mutant(
         "mem-combine-second-first",
         "memory",
@@ -178,6 +202,7 @@ MUTANTS = [
         "the rollback of a failed ubatch looks only at each token's first sequence (llama.cpp)",
         ("MEM-011",),
         _rollback_first_seq,
+        black_box=True,
     ),
     Mutant(
         "mem-update-ignores-status",
