@@ -316,7 +316,7 @@ def test_memory_outcomes_become_decode_return_codes(
             assert failing.decode(batch(prompt(3))) == code, status.name
 
 
-@pytest.mark.invariant("MEM-011")
+@pytest.mark.invariant("MEM-011", "DEC-028")
 @pytest.mark.requires("decoder.abort", "decoder.memory_ops")
 def test_an_aborted_ubatch_rolls_back_every_sequence_it_lists(
     new_ctx: Callable[..., Any],

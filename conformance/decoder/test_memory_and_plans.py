@@ -143,7 +143,7 @@ def test_memory_operations_keep_the_last_outputs(new_ctx: Callable[..., Any]) ->
 
 
 @pytest.mark.invariant("DEC-043", "DEC-044")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.introspection", "decoder.graph_reuse")
 def test_plans_are_reused_exactly_for_identical_shapes(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_ctx=512, n_batch=300, n_ubatch=300, trace=True)
     assert ctx.decode(batch(prompt(250))) == 0
@@ -167,10 +167,44 @@ def test_plans_are_reused_exactly_for_identical_shapes(new_ctx: Callable[..., An
     assert [e.data["reused"] for e in ctx2.trace.events if e.kind == "plan"] == [False, True, False]
 
 
+@pytest.mark.invariant("DEC-044", "DEC-043")
+@pytest.mark.requires("decoder.graph_reuse", "decoder.logits", "decoder.memory_ops")
+def test_one_token_steps_reuse_until_n_kv_or_the_sequences_change(
+    new_ctx: Callable[..., Any],
+) -> None:
+    """Counted through the engine's reuse counter alone: after a 250-token prompt, one-token
+    steps reuse from the second step while n_kv stays 256 and build once when the cache passes
+    256 cells (KV-011's padding); steps over two sequences reuse from their second step, and the
+    first step over one of them again builds."""
+    ctx = new_ctx(n_ctx=512, n_batch=300, n_ubatch=300, n_seq_max=2, kv_unified=True)
+    assert ctx.decode(batch(prompt(250))) == 0
+
+    def step(b: Any) -> int:
+        before = ctx.n_reused()
+        assert ctx.decode(b) == 0
+        return int(ctx.n_reused() - before)
+
+    deltas = [step(batch(prompt(1), pos=[250 + k])) for k in range(10)]
+    assert deltas == [0, 1, 1, 1, 1, 1, 0, 1, 1, 1]  # step 7: 257 cells, n_kv 256 -> 512
+    assert ctx.seq_pos_max(0) == 259
+    pair = [step(batch(prompt(2), seqs=[[0], [1]], pos=[260 + k, k])) for k in range(3)]
+    assert pair == [0, 1, 1]
+    assert step(batch(prompt(1), pos=[263])) == 0  # one sequence again: a new graph
+    # same token count, another output count -> a new graph; the same count again -> reuse
+    outs = [[1, 0, 0, 1], [0, 1, 0, 1], [1, 1, 1, 0]]
+    got = [
+        step(batch(prompt(4), out=o, pos=[264 + 4 * k + j for j in range(4)]))
+        for k, o in enumerate(outs)
+    ]
+    assert got == [0, 1, 0]
+
+
 @pytest.mark.invariant("DEC-045")
-@pytest.mark.requires("decoder.introspection")
+@pytest.mark.requires("decoder.graph_reuse", "decoder.logits")
 def test_plan_reuse_never_changes_results(new_ctx: Callable[..., Any]) -> None:
-    rows = {}
+    """Prefill ubatches of one shape, then one-token steps: the reusing context does reuse
+    (its counter says so, or bit-identity would prove nothing), the other never does."""
+    rows, reused = {}, {}
     for reuse in (True, False):
         ctx = new_ctx(n_batch=16, n_ubatch=4, graph_reuse=reuse)
         assert ctx.decode(batch(prompt(12), all_out=True)) == 0
@@ -178,7 +212,8 @@ def test_plan_reuse_never_changes_results(new_ctx: Callable[..., Any]) -> None:
         for t in prompt(5, start=40):
             assert ctx.decode(batch([t])) == 0
             out.append(ctx.get_logits())
-        rows[reuse] = np.concatenate(out)
+        rows[reuse], reused[reuse] = np.concatenate(out), ctx.n_reused()
+    assert reused[True] > 0 and reused[False] == 0, reused
     assert np.array_equal(rows[True], rows[False])
 
 

@@ -75,23 +75,37 @@ def test_triton_attention_backend_matches_the_torch_path(
     assert_nmse(rows["torch"], rows[backend], 1e-10, f"{backend} vs torch")
 
 
+def _kv_dtype_rows(new_ctx: Callable[..., Any], dtype: Any, **params: Any) -> np.ndarray:
+    toks = prompt(20)
+    ctx = new_ctx("gqa", n_batch=32, n_ubatch=8, kv_dtype=dtype, **params)
+    assert ctx.decode(batch(toks[:14], all_out=True)) == 0
+    out = [ctx.get_logits()]
+    for j, t in enumerate(toks[14:]):
+        assert ctx.decode(batch([t], pos=[14 + j])) == 0
+        out.append(ctx.get_logits())
+    return np.concatenate(out)
+
+
+@pytest.mark.requires("decoder.kv_dtype")
+@pytest.mark.invariant("DEC-064")
+def test_float16_kv_cache_decodes_like_float32(new_ctx: Callable[..., Any]) -> None:
+    import torch
+
+    f32 = _kv_dtype_rows(new_ctx, torch.float32)
+    f16 = _kv_dtype_rows(new_ctx, torch.float16)
+    assert_nmse(f32, f16, 1e-6, "float16 vs float32 K/V")
+    assert not np.array_equal(f32, f16)  # the cache did round
+
+
 @pytest.mark.requires("decoder.kv_dtype", "decoder.native")
 @pytest.mark.invariant("DEC-064")
 @pytest.mark.parametrize("decode_path", ["torch", "auto"])
-def test_float16_kv_cache_decodes_like_float32(
+def test_float16_kv_cache_on_each_decode_path(
     new_ctx: Callable[..., Any], decode_path: str
 ) -> None:
     import torch
 
-    toks = prompt(20)
-    rows = {}
-    for dtype in (torch.float32, torch.float16):
-        ctx = new_ctx("gqa", n_batch=32, n_ubatch=8, kv_dtype=dtype, decode_path=decode_path)
-        assert ctx.decode(batch(toks[:14], all_out=True)) == 0
-        out = [ctx.get_logits()]
-        for j, t in enumerate(toks[14:]):
-            assert ctx.decode(batch([t], pos=[14 + j])) == 0
-            out.append(ctx.get_logits())
-        rows[dtype] = np.concatenate(out)
-    assert_nmse(rows[torch.float32], rows[torch.float16], 1e-6, "float16 vs float32 K/V")
-    assert not np.array_equal(rows[torch.float32], rows[torch.float16])  # the cache did round
+    f32 = _kv_dtype_rows(new_ctx, torch.float32, decode_path=decode_path)
+    f16 = _kv_dtype_rows(new_ctx, torch.float16, decode_path=decode_path)
+    assert_nmse(f32, f16, 1e-6, f"float16 vs float32 K/V ({decode_path})")
+    assert not np.array_equal(f32, f16)

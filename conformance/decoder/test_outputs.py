@@ -116,6 +116,34 @@ def test_rows_follow_emission_order_and_swaps_are_a_selection_sort(
         assert np.array_equal(raw[k], ctx.get_logits_ith(b))
 
 
+@pytest.mark.invariant("OUT-006")
+@pytest.mark.parametrize("n_ubatch", [12, 5])
+def test_each_flagged_token_reads_its_own_row(new_ctx: Callable[..., Any], n_ubatch: int) -> None:
+    """Through decode alone: three interleaved sequences in per-sequence streams, so the
+    ubatches run sequence-major and rows come out in another order than the batch's. Every
+    flagged token's row is the logits of that token (a fresh context fed only its sequence
+    gives the same row within DEC-056's bound), get_logits() lists those rows in batch order,
+    and an unflagged index has no row."""
+    flags = [1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1]
+    b = multi_seq_batch(3, 4, flags)
+    ctx = new_ctx(n_ctx=768, n_batch=32, n_ubatch=n_ubatch, n_seq_max=3)
+    assert ctx.decode(b) == 0
+    flagged = [i for i, f in enumerate(flags) if f]
+    rows = ctx.get_logits()
+    assert rows.shape[0] == len(flagged)
+    for rank, i in enumerate(flagged):
+        assert np.array_equal(ctx.get_logits_ith(i), rows[rank]), f"batch index {i}"
+    assert all(invalid(partial(ctx.get_logits_ith, i)) for i, f in enumerate(flags) if not f)
+    for s in range(3):  # the same tokens, one sequence per fresh context
+        mine = [i for i in range(len(flags)) if i % 3 == s]
+        alone = new_ctx(n_ctx=768, n_batch=32)
+        toks = [int(b.token[i]) for i in mine]
+        assert alone.decode(batch(toks, out=[flags[i] for i in mine])) == 0
+        for i in (i for i in mine if flags[i]):
+            want = alone.get_logits_ith(mine.index(i))
+            assert_nmse(want, ctx.get_logits_ith(i), 1e-9, f"batch index {i} (seq {s})")
+
+
 @pytest.mark.invariant("OUT-008", "OUT-009")
 @pytest.mark.requires(
     "decoder.introspection", "decoder.embeddings", "decoder.memory_ops", "decoder.pooling"

@@ -11,6 +11,8 @@ import pytest
 
 from conformance.assertions import assert_nmse, nmse, raises_code
 from conformance.decoder.helpers import batch, invalid, prompt
+from conformance.fixtures.gguf_models import fixture_path
+from conformance.model import oracle
 from reference_impl.decoder.pooling import PoolingType
 
 pytestmark = pytest.mark.requires("decoder.embeddings")
@@ -66,6 +68,23 @@ def test_none_pooling_gives_final_hidden_states(
     w_out = target.model_tensor(load("gqa"), "output.weight")  # [n_vocab, n_embd]
     for i in range(5):
         assert_nmse(ctx.get_logits_ith(i), w_out @ ctx.get_embeddings_ith(i), 1e-10, f"row {i}")
+    assert invalid(lambda: ctx.get_embeddings_seq(0))
+
+
+@pytest.mark.invariant("OUT-024")
+@pytest.mark.requires("decoder.logits", "decoder.pooling")
+def test_none_pooling_gives_the_state_the_output_projection_reads(
+    new_ctx: Callable[..., Any],
+) -> None:
+    """Through decode alone: logits = W_out · embedding for every token, with W_out read from
+    the suite's own GGUF file (not from the target), in a batch of three sequences."""
+    w_out = oracle.load(str(fixture_path("gqa"))).tensors["output.weight"]
+    ctx = new_ctx(n_batch=16, n_seq_max=3, kv_unified=True, embeddings=True, pooling=NONE)
+    assert ctx.decode(batch(TOKENS, seqs=SEQS, pos=POS)) == 0
+    for i in range(len(TOKENS)):
+        e = ctx.get_embeddings_ith(i).astype(np.float64)
+        assert e.shape == (w_out.shape[1],)
+        assert_nmse(ctx.get_logits_ith(i), w_out @ e, 1e-9, f"row {i}")
     assert invalid(lambda: ctx.get_embeddings_seq(0))
 
 

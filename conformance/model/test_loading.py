@@ -10,6 +10,8 @@ import gguf
 import numpy as np
 import pytest
 
+from conformance.assertions import assert_nmse, nmse
+from conformance.decoder.helpers import batch, prompt
 from conformance.fixtures.gguf_models import EOS, FIXTURES, TINY_FIXTURES, fixture_vocab, write_gguf
 
 pytestmark = pytest.mark.requires("model.load")
@@ -135,3 +137,27 @@ def test_output_tied_to_token_embd_when_absent(
     untied = target.model_tensor(load("mha"), "output.weight")
     assert np.array_equal(untied, _gguf_values(tensors["output.weight"]))
     assert not np.array_equal(untied, _gguf_values(tensors["token_embd.weight"]))
+
+
+@pytest.mark.invariant("GGUF-005")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling")
+@pytest.mark.parametrize(("name", "projection"), [("tied", "token_embd"), ("mha", "output")])
+def test_logits_project_through_the_tied_or_stored_output(
+    name: str, projection: str, new_ctx: Callable[..., Any], gguf_path: Callable[[str], Path]
+) -> None:
+    """Through decode alone: with pooling NONE each token's embedding is the state the output
+    projection reads (OUT-024), so its logits row is W · embedding with W = token_embd.weight
+    when the file has no output.weight, and the stored output.weight (not token_embd) when it
+    has one. W comes from the suite's own GGUF file, not from the target."""
+    tensors = _reader_tensors(gguf_path(name))
+    assert ("output.weight" in tensors) == (projection == "output")
+    w = _gguf_values(tensors[f"{projection}.weight"]).astype(np.float64)
+    other = _gguf_values(tensors["token_embd.weight"]).astype(np.float64)
+    ctx = new_ctx(name, n_batch=16, embeddings=True, pooling=0)
+    assert ctx.decode(batch(prompt(5), all_out=True)) == 0
+    for i in range(5):
+        e = ctx.get_embeddings_ith(i).astype(np.float64)
+        logits = ctx.get_logits_ith(i)
+        assert_nmse(logits, w @ e, 1e-9, f"{name}: row {i} vs {projection}.weight · embedding")
+        if projection == "output":
+            assert nmse(logits, other @ e) > 1e-2, f"{name}: row {i} follows token_embd"

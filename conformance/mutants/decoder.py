@@ -41,6 +41,22 @@ def _mapping_without_sort(target: Any) -> Any:
     return target
 
 
+def _mapping_not_rebuilt_after_sort(target: Any) -> Any:
+    """The swaps are recorded but output_ids keeps pointing at emission-order rows, so after
+    the rows are put in batch order a token reads another token's row."""
+    from reference_impl.decoder.outputs import OutputBuffers, selection_sort_swaps
+
+    def finalize(self: OutputBuffers, out_ids: Any) -> None:
+        order = [int(i) for i in out_ids]
+        self.n_outputs = len(order)
+        for k, b in enumerate(order):
+            self.output_ids[b] = k
+        self.swaps = selection_sort_swaps(order)
+
+    OutputBuffers.finalize = finalize  # type: ignore[method-assign]
+    return target
+
+
 def _negative_index_is_a_batch_index(target: Any) -> Any:
     from reference_impl.decoder.outputs import OutputBuffers
 
@@ -98,6 +114,42 @@ def _plans_never_reused(target: Any) -> Any:
         return original(self, *a, **kw)
 
     GraphScheduler.plan_for = plan_for  # type: ignore[method-assign]
+    return target
+
+
+def _reused_plan_keeps_positions(target: Any) -> Any:
+    """A reused plan keeps the positions bound for the ubatch that built it."""
+    import dataclasses
+
+    from reference_impl.decoder.graph import GraphScheduler
+
+    original = GraphScheduler.plan_for
+
+    def plan_for(self: GraphScheduler, *a: Any, **kw: Any) -> Any:
+        plan, reused = original(self, *a, **kw)
+        if not reused:
+            return plan, reused
+        stale = plan.positions.clone()
+        setattr(stale, "copy_", lambda src: stale)  # noqa: B010  binding new positions does nothing
+        return dataclasses.replace(plan, positions=stale), reused
+
+    GraphScheduler.plan_for = plan_for  # type: ignore[method-assign]
+    return target
+
+
+def _embeddings_before_output_norm_gain(target: Any) -> Any:
+    """Pooling NONE stores the hidden state without the output norm's gain."""
+    from reference_impl.decoder.pooling import PoolingType
+    from reference_impl.decoder.ubatch_executor import UBatchExecutor
+
+    original = UBatchExecutor._store_embeddings
+
+    def store(self: Any, ub: Any, hidden: Any, row0: int, n: int) -> Any:
+        if self.pooling == PoolingType.NONE:
+            hidden = hidden / self.model.output_norm
+        return original(self, ub, hidden, row0, n)
+
+    UBatchExecutor._store_embeddings = store  # type: ignore[method-assign]
     return target
 
 
@@ -335,6 +387,14 @@ MUTANTS = [
         _mapping_without_sort,
     ),
     Mutant(
+        "dec-mapping-not-rebuilt-after-sort",
+        "decoder",
+        "output_ids keeps the emission-order rows while the rows are sorted into batch order",
+        ("OUT-006",),
+        _mapping_not_rebuilt_after_sort,
+        black_box=True,
+    ),
+    Mutant(
         "dec-negative-index-as-batch-index",
         "decoder",
         "get_logits_ith(-k) resolves batch index n_batch-k instead of the k-th row from the end",
@@ -347,6 +407,7 @@ MUTANTS = [
         "a failed ubatch leaves its tokens in memory",
         ("DEC-027", "DEC-028", "DEC-029"),
         _no_rollback,
+        black_box=True,
     ),
     Mutant(
         "dec-no-memory-update",
@@ -368,6 +429,23 @@ MUTANTS = [
         "every ubatch builds a new compute plan",
         ("DEC-043", "DEC-044"),
         _plans_never_reused,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-embeddings-without-norm-gain",
+        "decoder",
+        "pooling NONE exposes the hidden state before the output norm's gain",
+        ("OUT-024",),
+        _embeddings_before_output_norm_gain,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-reused-plan-keeps-positions",
+        "decoder",
+        "a reused compute plan keeps the positions of the ubatch that built it",
+        ("DEC-045",),
+        _reused_plan_keeps_positions,
+        black_box=True,
     ),
     Mutant(
         "dec-mean-over-ubatch",
@@ -445,5 +523,6 @@ MUTANTS = [
         "the torch forward reads a float16 K/V cache without converting it to float32",
         ("DEC-064",),
         _f16_kv_read_raw,
+        black_box=True,
     ),
 ]

@@ -93,7 +93,21 @@ def _any_architecture(target: Any) -> Any:
     return target
 
 
+def _output_always_tied(target: Any) -> Any:
+    # The forward projects through token_embd even when the file stores output.weight.
+    replace("reference_impl.model.llama", "resolve_output", lambda weights: weights.token_embd)
+    return target
+
+
 MUTANTS = [
+    Mutant(
+        "model-output-always-tied",
+        "model",
+        "logits project through token_embd even when output.weight is stored",
+        ("GGUF-005",),
+        _output_always_tied,
+        black_box=True,
+    ),
     Mutant(
         "model-rope-split-halves",
         "model",

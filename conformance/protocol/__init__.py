@@ -52,6 +52,7 @@ BLACK_BOX: frozenset[str] = frozenset(
         "decoder.encode",
         "decoder.abort",
         "decoder.kv_dtype",
+        "decoder.graph_reuse",
         "sampling.chain",
         "sampling.default_chain",
     }

@@ -216,6 +216,24 @@ class SampleRouter(LoadsModels, Protocol):
     def new_context(self, model: Any, **params: Any) -> SampleRouterContext: ...
 
 
+# -- decoder.graph_reuse ------------------------------------------------------------------
+
+
+@role("context")
+class GraphReuseContext(Protocol):
+    def n_reused(self) -> int:
+        """Compute graphs (plans) reused since the context was created (llama.cpp's
+        ``llama_perf_context_data.n_reused``)."""
+        ...
+
+
+class GraphReuse(LoadsModels, Protocol):
+    """``graph_reuse=False`` turns compute-graph reuse off for a context
+    (``LLAMA_GRAPH_REUSE_DISABLE=1`` on llama.cpp)."""
+
+    def new_context(self, model: Any, **params: Any) -> GraphReuseContext: ...
+
+
 # -- reference-specific views (white-box) --------------------------------------------------
 
 
@@ -295,7 +313,13 @@ CAPABILITIES = (
         "decoder.introspection",
         Introspection,
         "the reference's trace, plans, buffers and memory",
-        params=("trace", "graph_reuse"),
+        params=("trace",),
+    ),
+    capability(
+        "decoder.graph_reuse",
+        GraphReuse,
+        "compute-graph reuse can be turned off and counted",
+        params=("graph_reuse",),
     ),
     capability("decoder.kv_dtype", KvDtype, "the K/V cache element type", params=("kv_dtype",)),
     capability("decoder.native", Native, "the native one-token step", params=("decode_path",)),

@@ -511,6 +511,11 @@ class Context:
     def output_ids(self) -> np.ndarray:
         return self.outputs.output_ids.copy()
 
+    @implements("DEC-045")
+    def n_reused(self) -> int:
+        """Compute plans reused since creation (llama.cpp's perf counter ``n_reused``)."""
+        return self.scheduler.n_reused
+
     @implements("OUT-009")
     def reorder_outputs(self) -> None:
         self.outputs.reorder()

@@ -7,7 +7,7 @@ ctypes: model, context, batches passed with NULL fields, memory operations, toke
 
 It claims what llama.cpp's public API shows: model loading, full-sequence logits and
 tokenization, decode contexts (sizes, logits, memory operations, K-shift, embeddings, non-causal
-attention, abort) and the sampler chain with each sampler it exposes. Not claimed, so skipped and
+attention, abort, an F16 or F32 K/V cache, graph reuse switched off and counted) and the sampler chain with each sampler it exposes. Not claimed, so skipped and
 counted: what llama.cpp does not expose (its sanitizer and splitter, KV cells, compute traces,
 dequantized weights, typed error codes) and what only the adapter would be doing: the candidate
 builder and the checks of the chain-description format, which the adapter borrows from the
@@ -43,6 +43,8 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, Target):
             "decoder.pooling",
             "decoder.non_causal",
             "decoder.abort",
+            "decoder.kv_dtype",
+            "decoder.graph_reuse",
             "sampling.chain",
             "sampling.default_chain",
             *SAMPLERS,

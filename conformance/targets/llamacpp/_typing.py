@@ -22,5 +22,7 @@ if TYPE_CHECKING:
         _d7: decoder.Abort = t
         _d8: decoder.BatchRules = t
         _d9: decoder.Pooling = t
+        _d10: decoder.KvDtype = t
+        _d11: decoder.GraphReuse = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t

@@ -33,6 +33,9 @@ def runtime_module() -> Any:
     return runtime
 
 
+_KV_TYPES = {"torch.float32": "GGML_TYPE_F32", "torch.float16": "GGML_TYPE_F16"}
+
+
 class InvalidOutput(EngineError):
     """llama.cpp returned NULL for an output read."""
 
@@ -76,9 +79,12 @@ class LlamaCppDecodeContext:
     def __init__(self, model: Any, **params: Any) -> None:
         rt = runtime_module()
         self._lc = rt.lc
-        ignored = {"graph_reuse", "trace", "kv_dtype", "attention_backend"}
+        ignored = {"trace", "attention_backend"}
         for key in ignored:
             params.pop(key, None)
+        if "kv_dtype" in params:  # a torch dtype: float32 or float16 (decoder.kv_dtype)
+            kind = _KV_TYPES[str(params.pop("kv_dtype"))]
+            params["type_k"] = params["type_v"] = getattr(rt, kind)
         self._embeddings = bool(params.get("embeddings", False))
         self._non_causal = params.get("attention_type", -1) == 1
         # llama_context_default_params, where our runtime wrapper defaults differ
@@ -128,6 +134,9 @@ class LlamaCppDecodeContext:
 
     def n_outputs(self) -> int:
         return self._n_outputs
+
+    def n_reused(self) -> int:
+        return self._ctx.n_reused()
 
     def get_logits_ith(self, i: int) -> np.ndarray:
         row = self._ctx.logits_ith(i)

@@ -34,6 +34,8 @@ GGML_TYPE_F16 = 1
 GGML_TYPE_Q4_0 = 2
 GGML_TYPE_Q8_0 = 8
 
+GRAPH_REUSE_DISABLE = "LLAMA_GRAPH_REUSE_DISABLE"
+
 FLASH_ATTN = {None: lc.LLAMA_FLASH_ATTN_TYPE_AUTO, False: 0, True: 1}
 
 
@@ -241,6 +243,7 @@ class LlamaCppContext:
         n_outputs_max: int = 0,
         pooling: int = -1,
         attention_type: int = -1,
+        graph_reuse: bool = True,
     ) -> None:
         self.model = model
         threads = n_threads or os.cpu_count() or 1
@@ -261,7 +264,16 @@ class LlamaCppContext:
         p.no_perf = True
         if hasattr(p, "n_outputs_max"):
             p.n_outputs_max = n_outputs_max
-        ctx = lc.llama_init_from_model(model.ptr, p)
+        # llama.cpp reads its graph-reuse switch from the environment when a context is made.
+        saved = os.environ.pop(GRAPH_REUSE_DISABLE, None)
+        if not graph_reuse:
+            os.environ[GRAPH_REUSE_DISABLE] = "1"
+        try:
+            ctx = lc.llama_init_from_model(model.ptr, p)
+        finally:
+            os.environ.pop(GRAPH_REUSE_DISABLE, None)
+            if saved is not None:
+                os.environ[GRAPH_REUSE_DISABLE] = saved
         if not ctx:
             raise LlamaCppError("llama.cpp could not create a context with these parameters")
         self._ptr: Any = ctx
@@ -292,6 +304,10 @@ class LlamaCppContext:
             self.close()
 
     # -- parameters ---------------------------------------------------------------------------
+
+    def n_reused(self) -> int:
+        """Graphs reused since creation (counted whether or not timings are)."""
+        return int(lc.llama_perf_context(self.ptr).n_reused)
 
     @property
     def n_ctx(self) -> int:

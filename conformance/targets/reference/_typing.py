@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         _d15: decoder.AttentionBackend = t
         _d16: decoder.BatchRules = t
         _d17: decoder.Pooling = t
+        _d18: decoder.GraphReuse = t
         _c1: decoupled.Cache = t
         _k1: kernels.GqaDecode = t
         _k2: kernels.DecoupledDecode = t
