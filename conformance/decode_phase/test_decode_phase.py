@@ -216,6 +216,63 @@ def test_cached_kv_equals_a_single_batch_prefill(
             assert_nmse(np.stack(ref_v), np.stack(got_v), F32, f"V seq {s} layer {layer}")
 
 
+def _fed_history(res: GenerationResult, s: int) -> list[int]:
+    """The tokens fed for sequence ``s`` over a generation, in position order."""
+    return [t for _, t in sorted((p, t) for st in res.trace for t, p in st.fed.get(s, []))]
+
+
+def _probe(ctx: Any, s: int, token: int) -> np.ndarray:
+    """Logits of ``token`` placed after sequence ``s``; the probe is removed again."""
+    pos = ctx.seq_pos_max(s) + 1
+    assert ctx.decode(batch([token], seqs=[[s]], pos=[pos])) == 0
+    row = ctx.get_logits_ith(0).copy()
+    assert ctx.seq_rm(s, pos, -1)
+    return row
+
+
+@pytest.mark.invariant("PHASE-012", "PHASE-010")
+def test_a_probe_after_generation_reads_what_a_fresh_prefill_would(
+    batched: tuple[Generator, GenerationResult], new_ctx: Callable[..., Any]
+) -> None:
+    """Through decode alone: after a four-sequence generation in one shared cache, one more
+    token on sequence ``s`` gets the logits a fresh context gives after prefilling the history
+    fed for ``s`` and that token. Stored K/V that differ from a prefill's (PHASE-012) or an entry
+    of another sequence in the visible set (PHASE-010) would change them."""
+    gen, res = batched
+    for s in range(4):
+        history = _fed_history(res, s)
+        assert len(history) == len(PROMPTS[s]) + LIMITS[s] - 1  # the last pick is never fed
+        got = _probe(gen.ctx, s, 11)
+        fresh = new_ctx(n_batch=64)
+        assert fresh.decode(batch([*history, 11])) == 0
+        assert_nmse(fresh.get_logits_ith(-1), got, F32, f"seq {s}")
+
+
+@pytest.mark.invariant("PHASE-014")
+def test_a_step_on_one_sequence_leaves_the_others_readable_as_before(
+    make_gen: Callable[..., Generator],
+) -> None:
+    """Through decode alone: sequences that finished at different steps keep their position
+    range, and their next-token logits, across a further step on sequence 3 only."""
+    gen = make_gen(n_seq_max=4)
+    generate(gen)
+    ctx = gen.ctx
+
+    def others() -> dict[int, Any]:
+        return {
+            s: ((ctx.seq_pos_min(s), ctx.seq_pos_max(s)), _probe(ctx, s, 11).tobytes())
+            for s in range(3)
+        }
+
+    before = others()
+    assert ctx.decode(batch([7], seqs=[[3]], pos=[ctx.seq_pos_max(3) + 1])) == 0
+    after = others()
+    for s in range(3):
+        assert after[s][0] == before[s][0], f"seq {s} positions"
+        a, b = (np.frombuffer(x[1], dtype=np.float32) for x in (before[s], after[s]))
+        assert_nmse(a, b, F32, f"seq {s} logits")
+
+
 @pytest.mark.invariant("PHASE-014", "PHASE-021")
 @pytest.mark.requires("decoder.introspection")
 def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., Generator]) -> None:
