@@ -125,8 +125,9 @@ def test_each_flagged_token_reads_its_own_row(new_ctx: Callable[..., Any], n_uba
     gives the same row within DEC-056's bound), get_logits() lists those rows in batch order,
     and an unflagged index has no row."""
     flags = [1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1]
-    b = multi_seq_batch(3, 4, flags)
+    tokens = prompt(12)  # multi_seq_batch's tokens: token i belongs to sequence i % 3
     ctx = new_ctx(n_ctx=768, n_batch=32, n_ubatch=n_ubatch, n_seq_max=3)
+    b = multi_seq_batch(3, 4, flags)
     assert ctx.decode(b) == 0
     flagged = [i for i, f in enumerate(flags) if f]
     rows = ctx.get_logits()
@@ -137,7 +138,7 @@ def test_each_flagged_token_reads_its_own_row(new_ctx: Callable[..., Any], n_uba
     for s in range(3):  # the same tokens, one sequence per fresh context
         mine = [i for i in range(len(flags)) if i % 3 == s]
         alone = new_ctx(n_ctx=768, n_batch=32)
-        toks = [int(b.token[i]) for i in mine]
+        toks = [tokens[i] for i in mine]
         assert alone.decode(batch(toks, out=[flags[i] for i in mine])) == 0
         for i in (i for i in mine if flags[i]):
             want = alone.get_logits_ith(mine.index(i))
