@@ -93,3 +93,8 @@ class GeneratorError(EngineError):
         self.trace = list(trace)
         self.decode_code = code
         return self
+
+
+class AllocError(EngineError):
+    """A buffer or graph allocation that cannot be done (codes ALLOC_*, spec/allocator.md D1);
+    the allocator is left as it was before the call."""

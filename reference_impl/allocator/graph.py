@@ -1,0 +1,183 @@
+"""The graph description the allocator plans over (spec/allocator.md, preamble).
+
+ggml's allocator reads only a few fields of a ``ggml_tensor``: its allocation size, op, sources,
+input/output flags, view source, whether it already has memory, and its layout (for the in-place
+rule). A :class:`Graph` carries exactly those, so the reference and any engine can plan the same
+graph and a test can compare addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from reference_impl.errors import AllocError
+
+SIZE_MAX = 2**64 - 1
+MAX_SRC = 10
+
+# ops whose result may overwrite their first suitable source (ggml_op_can_inplace of the
+# vendored ggml; decision D5 keeps CLAMP)
+IN_PLACE_OPS = frozenset(
+    {
+        "FILL",
+        "SCALE",
+        "DIAG_MASK_ZERO",
+        "DIAG_MASK_INF",
+        "ADD",
+        "ADD_ID",
+        "ADD1",
+        "SUB",
+        "MUL",
+        "DIV",
+        "SQR",
+        "SQRT",
+        "LOG",
+        "UNARY",
+        "ROPE",
+        "ROPE_BACK",
+        "SILU_BACK",
+        "RMS_NORM",
+        "RMS_NORM_BACK",
+        "CLAMP",
+        "SOFT_MAX",
+        "SOFT_MAX_BACK",
+    }
+)
+
+# bytes per element of the types a layout may name
+TYPE_SIZES = {"i8": 1, "i16": 2, "f16": 2, "i32": 4, "f32": 4}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor's type, shape ``ne`` and byte strides ``nb`` (4 dims, as ggml)."""
+
+    type: str
+    ne: tuple[int, int, int, int]
+    nb: tuple[int, int, int, int]
+
+    @property
+    def nbytes(self) -> int:
+        """ggml_nbytes for a block size of 1."""
+        if any(n <= 0 for n in self.ne):
+            return 0
+        return TYPE_SIZES[self.type] + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+
+
+def contiguous(*ne: int, type: str = "i8") -> Layout:
+    """A row-major layout of shape ``ne`` (1 to 4 dims, innermost first)."""
+    dims = (tuple(ne) + (1, 1, 1, 1))[:4]
+    es = TYPE_SIZES[type]
+    nb = [es]
+    for n in dims[:3]:
+        nb.append(nb[-1] * n)
+    return Layout(type, (dims[0], dims[1], dims[2], dims[3]), (nb[0], nb[1], nb[2], nb[3]))
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of a graph.
+
+    ``size`` is what the buffer type asks for it (``buft_alloc_size``); ``layout`` defaults to a
+    1-D ``i8`` tensor of ``size`` bytes. ``has_data`` marks memory the planner must not place
+    (weights already loaded, an external buffer). A view names its root in ``view_src`` and, as
+    in ggml, its immediate parent as its first source (a view of a view has the root as
+    ``view_src`` and the inner view as ``src[0]``).
+    """
+
+    name: str
+    size: int
+    op: str = "NONE"
+    src: tuple[str, ...] = ()
+    input: bool = False
+    output: bool = False
+    view_src: str | None = None
+    view_offs: int = 0
+    has_data: bool = False
+    layout: Layout | None = None
+
+    @property
+    def is_view(self) -> bool:
+        return self.view_src is not None
+
+    @property
+    def shape(self) -> Layout:
+        return self.layout if self.layout is not None else contiguous(self.size)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A planned graph: every tensor by name, and ggml's ``nodes`` and ``leafs`` orders."""
+
+    tensors: Mapping[str, Tensor]
+    nodes: tuple[str, ...]
+    leafs: tuple[str, ...]
+    order: tuple[str, ...] = field(default=())  # creation order (alloc_ctx_tensors walks it)
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+
+def check_tensors(tensors: Sequence[Tensor]) -> None:
+    """Refuse a description ggml could not hold: every problem names the tensor and field."""
+    names: set[str] = set()
+    by_name = {t.name: t for t in tensors}
+    for i, t in enumerate(tensors):
+        if t.name in names:
+            raise AllocError("ALLOC_GRAPH", f"tensor name {t.name!r} used twice", field="name", index=i)
+        names.add(t.name)
+        if not 0 <= t.size <= SIZE_MAX:
+            raise AllocError(
+                "ALLOC_GRAPH", f"{t.name}: size {t.size} outside [0, SIZE_MAX]", field="size", index=i
+            )
+        if len(t.src) > MAX_SRC:
+            raise AllocError(
+                "ALLOC_GRAPH", f"{t.name}: {len(t.src)} sources, at most {MAX_SRC}", field="src", index=i
+            )
+    for i, t in enumerate(tensors):
+        for s in (*t.src, *(() if t.view_src is None else (t.view_src,))):
+            if s not in names:
+                raise AllocError(
+                    "ALLOC_GRAPH", f"{t.name}: unknown source {s!r}", field="src", index=i
+                )
+        if t.view_src is not None and by_name[t.view_src].view_src is not None:
+            raise AllocError(
+                "ALLOC_GRAPH",
+                f"{t.name}: view source {t.view_src!r} is itself a view (name the root, as ggml does)",
+                field="view_src",
+                index=i,
+            )
+
+
+def build_graph(tensors: Sequence[Tensor], outputs: Iterable[str]) -> Graph:
+    """The graph ``ggml_build_forward_expand`` makes from ``outputs``, in order: a depth-first
+    post-order over sources (first source first); tensors with op NONE are leafs, the rest nodes."""
+    check_tensors(tensors)
+    by_name = {t.name: t for t in tensors}
+    nodes: list[str] = []
+    leafs: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        # iterative DFS: deep chains must not hit Python's recursion limit
+        stack: list[tuple[str, int]] = [(name, 0)]
+        while stack:
+            cur, k = stack.pop()
+            if k == 0:
+                if cur in seen:
+                    continue
+                seen.add(cur)
+            srcs = by_name[cur].src
+            if k < len(srcs):
+                stack.append((cur, k + 1))
+                if srcs[k] not in seen:
+                    stack.append((srcs[k], 0))
+                continue
+            (leafs if by_name[cur].op == "NONE" else nodes).append(cur)
+
+    for out in outputs:
+        if out not in by_name:
+            raise AllocError("ALLOC_GRAPH", f"unknown output {out!r}", field="outputs")
+        visit(out)
+    return Graph(by_name, tuple(nodes), tuple(leafs), tuple(t.name for t in tensors))
