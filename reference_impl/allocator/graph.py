@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reference_impl.errors import AllocError
+from reference_impl.spec_links import implements
 
 SIZE_MAX = 2**64 - 1
 MAX_SRC = 10
@@ -119,6 +120,7 @@ class Graph:
         return self.tensors[name]
 
 
+@implements("ALLOC-048")
 def check_tensors(tensors: Sequence[Tensor]) -> None:
     """Refuse a description ggml could not hold: every problem names the tensor and field."""
     names: set[str] = set()
@@ -150,6 +152,30 @@ def check_tensors(tensors: Sequence[Tensor]) -> None:
             )
 
 
+@implements("ALLOC-048")
+def check_graph(graph: Graph) -> None:
+    """A graph handed to a planner: its tensors valid, its nodes and leafs known and distinct."""
+    order = graph.order or tuple(graph.tensors)
+    check_tensors([graph.tensors[n] for n in order if n in graph.tensors])
+    if set(order) != set(graph.tensors):
+        raise AllocError("ALLOC_GRAPH", "graph.order does not list every tensor once", field="order")
+    seen: set[str] = set()
+    for what, names in (("nodes", graph.nodes), ("leafs", graph.leafs)):
+        for i, name in enumerate(names):
+            if name not in graph.tensors or name in seen:
+                raise AllocError(
+                    "ALLOC_GRAPH", f"{what}[{i}] {name!r} is unknown or listed twice", field=what, index=i
+                )
+            seen.add(name)
+    for i, name in enumerate(graph.nodes):
+        for s in graph.tensors[name].src:
+            if s not in seen:
+                raise AllocError(
+                    "ALLOC_GRAPH", f"nodes[{i}] {name!r} reads {s!r}, which is not in the graph",
+                    field="src", index=i,
+                )
+
+
 def build_graph(tensors: Sequence[Tensor], outputs: Iterable[str]) -> Graph:
     """The graph ``ggml_build_forward_expand`` makes from ``outputs``, in order: a depth-first
     post-order over sources (first source first); tensors with op NONE are leafs, the rest nodes."""
@@ -176,8 +202,8 @@ def build_graph(tensors: Sequence[Tensor], outputs: Iterable[str]) -> Graph:
                 continue
             (leafs if by_name[cur].op == "NONE" else nodes).append(cur)
 
-    for out in outputs:
+    for k, out in enumerate(outputs):
         if out not in by_name:
-            raise AllocError("ALLOC_GRAPH", f"unknown output {out!r}", field="outputs")
+            raise AllocError("ALLOC_GRAPH", f"unknown output {out!r}", field="outputs", index=k)
         visit(out)
     return Graph(by_name, tuple(nodes), tuple(leafs), tuple(t.name for t in tensors))

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from reference_impl.allocator.chunks import Address, ChunkAllocator
-from reference_impl.allocator.graph import IN_PLACE_OPS, MAX_SRC, SIZE_MAX, Graph, Tensor
+from reference_impl.allocator.graph import (
+    IN_PLACE_OPS,
+    MAX_SRC,
+    SIZE_MAX,
+    Graph,
+    Tensor,
+    check_graph,
+)
 from reference_impl.allocator.linear import align_up, check_alignment
 from reference_impl.errors import AllocError
 from reference_impl.spec_links import implements
@@ -74,10 +81,12 @@ class _Plan:
     n_leafs: int = 0
 
 
+# the test-alloc scenarios (ALLOC-035..047) exercise the planner as a whole
+@implements("ALLOC-025", *(f"ALLOC-{n:03d}" for n in range(35, 48)))
 class GraphAllocator:
     """A planner over ``bufts``; a buffer type listed twice shares one allocator and buffer."""
 
-    @implements("ALLOC-015")
+    @implements("ALLOC-015", "ALLOC-016", "ALLOC-049")
     def __init__(self, bufts: Sequence[BufferType]) -> None:
         if not bufts:
             raise AllocError("ALLOC_BUFFER_ID", "a planner needs at least one buffer type", field="bufts")
@@ -138,6 +147,7 @@ class GraphAllocator:
         when the plan does not fit (single buffer only: several buffers return False)."""
 
         def run() -> bool:
+            check_graph(graph)
             if self.needs_new_plan(graph):
                 if len(self.bufts) != 1:
                     return False
@@ -200,6 +210,7 @@ class GraphAllocator:
         size_only: bool,
     ) -> bool:
         self._live()
+        check_graph(graph)
         node_ids = self._ids(node_ids, len(graph.nodes), "node_buffer_ids")
         leaf_ids = self._ids(leaf_ids, len(graph.leafs), "leaf_buffer_ids")
         for a in self.allocs:
@@ -301,6 +312,7 @@ class GraphAllocator:
         hn.buffer_id = buffer_id
         hn.addr = self.allocs[buffer_id].alloc(t.size)
 
+    @implements("ALLOC-048")
     def _free_extra_space(self, node: Tensor, parent: Tensor, hn: _Hash, p_hn: _Hash) -> None:
         alloc = self.allocs[p_hn.buffer_id]
         parent_size = align_up(parent.size, alloc.alignment)
@@ -363,6 +375,7 @@ class GraphAllocator:
         self.placements = placed
 
     # -- helpers ------------------------------------------------------------------------------
+    @implements("ALLOC-033")
     def _atomic(self, fn: Callable[[], _R]) -> _R:
         """Run ``fn``; on an AllocError put every piece of state back as it was (ALLOC-033)."""
         self._live()
@@ -382,6 +395,7 @@ class GraphAllocator:
         if self.released:
             raise AllocError("ALLOC_STATE", "graph allocator used after release", field="planner")
 
+    @implements("ALLOC-049")
     def _ids(self, ids: Sequence[int] | None, n: int, what: str) -> list[int]:
         if ids is None:
             return [0] * n

@@ -1,0 +1,97 @@
+"""Allocating a context's tensors (spec/allocator.md ALLOC-032)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.assertions import raises_code
+from conformance.strategies import kernels as ks
+from reference_impl.allocator.graph import SIZE_MAX, Tensor
+from reference_impl.allocator.planner import BufferType
+
+pytestmark = pytest.mark.requires("allocator.ctx_tensors")
+
+
+def _t(name: str, size: int, **kw: Any) -> Tensor:
+    return Tensor(name, size, **kw)
+
+
+@pytest.mark.invariant("ALLOC-032")
+def test_buffers_split_at_the_maximum_size(target: Any) -> None:
+    """Max 16, alignment 8: tensors of 8, 8, 12, 4 and 24 bytes make buffers of 16 (two
+    tensors), 16, 8 and 24 (the oversized tensor on its own)."""
+    buft = BufferType("dummy", 8, 16)
+    tensors = [_t("a", 8), _t("b", 8), _t("c", 12), _t("d", 4), _t("e", 24)]
+    got = target.allocator_ctx_tensors(tensors, buft)
+    assert got.buffer_sizes == (16, 16, 8, 24)
+    assert got.placements == {"a": (0, 0), "b": (0, 8), "c": (1, 0), "d": (2, 0), "e": (3, 0)}
+    assert target.allocator_ctx_tensors_size(tensors, buft) == 64
+
+
+@pytest.mark.invariant("ALLOC-032")
+def test_views_and_tensors_with_data(target: Any) -> None:
+    buft = BufferType("dummy", 32, SIZE_MAX)
+    tensors = [
+        _t("w", 40, has_data=True),
+        _t("a", 20),
+        _t("v", 8, op="VIEW", src=("a",), view_src="a", view_offs=12),
+        _t("b", 4),
+        _t("wv", 8, op="VIEW", src=("w",), view_src="w", view_offs=8),
+    ]
+    got = target.allocator_ctx_tensors(tensors, buft)
+    assert got.buffer_sizes == (64,)
+    assert got.placements == {"w": None, "a": (0, 0), "v": (0, 12), "b": (0, 32), "wv": None}
+
+
+@pytest.mark.invariant("ALLOC-032")
+def test_nothing_to_place_makes_no_buffer(target: Any) -> None:
+    buft = BufferType("dummy", 8, 64)
+    tensors = [_t("w", 40, has_data=True), _t("v", 8, op="VIEW", src=("w",), view_src="w")]
+    assert target.allocator_ctx_tensors(tensors, buft) is None
+    assert target.allocator_ctx_tensors([], buft) is None
+    assert target.allocator_ctx_tensors_size(tensors, buft) == 0
+
+
+@pytest.mark.invariant("ALLOC-032")
+@settings(max_examples=ks.examples(40))
+@given(
+    sizes=st.lists(st.integers(1, 100), max_size=12),
+    alignment=st.sampled_from([1, 4, 8, 32]),
+    max_size=st.sampled_from([16, 64, 100, 256, SIZE_MAX]),
+)
+def test_packing_rule(target: Any, sizes: list[int], alignment: int, max_size: int) -> None:
+    buft = BufferType("dummy", alignment, max_size)
+    tensors = [_t(f"t{i}", s) for i, s in enumerate(sizes)]
+    got = target.allocator_ctx_tensors(tensors, buft)
+    total = target.allocator_ctx_tensors_size(tensors, buft)
+    if not sizes:
+        assert got is None and total == 0
+        return
+    want_sizes: list[int] = []
+    want: dict[str, tuple[int, int] | None] = {}
+    cur = 0
+    for t in tensors:
+        padded = -(-t.size // alignment) * alignment
+        if cur and cur + padded > max_size:
+            want_sizes.append(cur)
+            cur = 0
+        want[t.name] = (len(want_sizes), cur)
+        cur += padded
+    want_sizes.append(cur)
+    assert got.buffer_sizes == tuple(want_sizes)
+    assert got.placements == want
+    assert total == sum(want_sizes)
+
+
+@pytest.mark.requires("allocator.errors")
+@pytest.mark.invariant("ALLOC-032")
+def test_an_allocating_context_is_refused(target: Any) -> None:
+    buft = BufferType("dummy", 8, 64)
+    with raises_code("ALLOC_CONTEXT_ALLOCATED", field="no_alloc"):
+        target.allocator_ctx_tensors([_t("a", 8)], buft, no_alloc=False)
+    with raises_code("ALLOC_CONTEXT_ALLOCATED", field="no_alloc"):
+        target.allocator_ctx_tensors_size([_t("a", 8)], buft, no_alloc=False)

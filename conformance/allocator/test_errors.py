@@ -1,0 +1,160 @@
+"""Typed failures of the planner, and nothing changed after one (spec/allocator.md D1:
+ALLOC-003, ALLOC-033, ALLOC-034, ALLOC-048, ALLOC-049). ggml aborts or reads past its arrays on
+these inputs; an engine that does the same does not claim ``allocator.errors``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from conformance.allocator.scenarios import f32, inp, out
+from conformance.assertions import raises_code, unchanged
+from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph
+from reference_impl.allocator.planner import BufferType
+
+pytestmark = pytest.mark.requires("allocator.planner", "allocator.errors")
+
+ONE = (BufferType("buf", 16, SIZE_MAX),)
+TWO = (BufferType("A", 8), BufferType("B", 8))
+
+
+def _good() -> Graph:
+    return build_graph(
+        [inp("x", 4), inp("y", 4), f32("s", 4, "ADD", "x", "y"), out(f32("m", 1, "MEAN", "s"))],
+        ["m"],
+    )
+
+
+def _state(ga: Any, n: int) -> Any:
+    return (
+        dict(ga.placements),
+        list(ga.allocations),
+        [ga.buffer_size(i) for i in range(n)],
+        [ga.chunk_sizes(i) for i in range(n)],
+    )
+
+
+def _with(graph: Graph, name: str, **changes: Any) -> Graph:
+    tensors = dict(graph.tensors)
+    tensors[name] = replace(tensors[name], **changes)
+    return Graph(tensors, graph.nodes, graph.leafs, graph.order)
+
+
+def _bad_graphs() -> list[Any]:
+    g = _good()
+    return [
+        pytest.param(_with(g, "s", src=("x", "nowhere")), "src", id="unknown-source"),
+        pytest.param(_with(g, "s", src=("x",) * 11), "src", id="eleven-sources"),
+        pytest.param(_with(g, "x", size=SIZE_MAX + 1), "size", id="size-past-SIZE_MAX"),
+        pytest.param(_with(g, "x", size=-4), "size", id="negative-size"),
+        pytest.param(Graph(g.tensors, (*g.nodes, "s"), g.leafs, g.order), "nodes", id="node-twice"),
+        pytest.param(Graph(g.tensors, g.nodes, (*g.leafs, "q"), g.order), "leafs", id="unknown-leaf"),
+        pytest.param(Graph(g.tensors, g.nodes[1:], g.leafs, g.order), "src", id="source-not-in-graph"),
+        pytest.param(
+            _with(g, "s", op="VIEW", view_src="nowhere"), "src", id="unknown-view-source"
+        ),
+        pytest.param(
+            Graph({**g.tensors, "v": Tensor("v", 4, "VIEW", ("x",), view_src="x"),
+                   "w": Tensor("w", 4, "VIEW", ("v",), view_src="v")},
+                  (*g.nodes, "v", "w"), g.leafs, (*g.order, "v", "w")),
+            "view_src", id="view-of-a-view",
+        ),
+        pytest.param(
+            _with(g, "s", size=32), "size", id="in-place-node-larger-than-its-parent"
+        ),
+    ]
+
+
+@pytest.mark.invariant("ALLOC-048", "ALLOC-033")
+@pytest.mark.parametrize(("graph", "field"), _bad_graphs())
+def test_bad_graph_descriptions(target: Any, graph: Graph, field: str) -> None:
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(_good())
+    with unchanged(lambda: _state(ga, 1), "the planner"):
+        with raises_code("ALLOC_GRAPH", field=field, what="reserve"):
+            ga.reserve(graph)
+        with raises_code("ALLOC_GRAPH", field=field, what="alloc_graph"):
+            ga.alloc_graph(graph)
+        with raises_code("ALLOC_GRAPH", field=field, what="reserve_size"):
+            ga.reserve_size(graph)
+    assert ga.alloc_graph(_good()), "the planner still works after a refused graph"
+
+
+@pytest.mark.invariant("ALLOC-049", "ALLOC-033")
+@pytest.mark.parametrize(
+    ("node_ids", "leaf_ids", "field", "index"),
+    [
+        ((0, 2), (0, 0), "node_buffer_ids", 1),
+        ((0, -1), (0, 0), "node_buffer_ids", 1),
+        ((0, 0), (5, 0), "leaf_buffer_ids", 0),
+        ((0,), (0, 0), "node_buffer_ids", None),
+        ((0, 0), (0, 0, 0), "leaf_buffer_ids", None),
+    ],
+)
+def test_bad_buffer_ids(
+    target: Any, node_ids: tuple[int, ...], leaf_ids: tuple[int, ...], field: str, index: Any
+) -> None:
+    g = _good()
+    assert len(g.nodes) == 2 and len(g.leafs) == 2
+    ga = target.allocator_planner(TWO)
+    assert ga.reserve(g, (0, 1), (1, 0)) and ga.alloc_graph(g)
+    with unchanged(lambda: _state(ga, 2), "the planner"):
+        for call in (ga.reserve, ga.reserve_size):
+            with raises_code("ALLOC_BUFFER_ID", field=field, index=index, what=call.__name__):
+                call(g, node_ids, leaf_ids)
+        for bad in (-1, 2):
+            with raises_code("ALLOC_BUFFER_ID", field="buffer_id", what=f"buffer_size({bad})"):
+                ga.buffer_size(bad)
+
+
+@pytest.mark.invariant("ALLOC-049")
+def test_bad_buffer_type_lists(target: Any) -> None:
+    with raises_code("ALLOC_BUFFER_ID", field="bufts"):
+        target.allocator_planner(())
+    with raises_code("ALLOC_BUFFER_ID", field="bufts", index=1):
+        target.allocator_planner((BufferType("A", 8), BufferType("A", 16)))
+
+
+@pytest.mark.invariant("ALLOC-003")
+@pytest.mark.parametrize("alignment", [0, 3, 12, 24, -8])
+def test_buffer_type_alignment_must_be_a_power_of_two(target: Any, alignment: int) -> None:
+    with raises_code("ALLOC_ALIGNMENT", field="bufts[1].alignment"):
+        target.allocator_planner([BufferType("a", 8), BufferType("b", alignment)])
+
+
+@pytest.mark.invariant("ALLOC-014", "ALLOC-033")
+def test_overflow_mid_plan_changes_nothing(target: Any) -> None:
+    """The huge leaf overflows when it is rounded up, after the other leaf was placed."""
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(_good())
+    huge = build_graph(
+        [inp("a", 4), Tensor("b", SIZE_MAX - 3, input=True), out(f32("c", 4, "CONCAT", "a", "b"))],
+        ["c"],
+    )
+    with unchanged(lambda: _state(ga, 1), "the planner"):
+        with raises_code("ALLOC_OVERFLOW", field="size"):
+            ga.reserve(huge)
+    assert ga.alloc_graph(_good()) and ga.allocations == [(0, 32)]
+
+
+@pytest.mark.invariant("ALLOC-034")
+def test_out_of_order_use(target: Any) -> None:
+    g = _good()
+    sized = target.allocator_planner(ONE)
+    assert sized.reserve_size(g) == [32]
+    with raises_code("ALLOC_STATE", what="alloc_graph after reserve_size"):
+        sized.alloc_graph(g)
+    assert sized.reserve(g) and sized.alloc_graph(g), "a real reserve makes it usable"
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(g)
+    ga.release()
+    for name, call in (
+        ("alloc_graph", lambda: ga.alloc_graph(g)),
+        ("reserve", lambda: ga.reserve(g)),
+        ("reserve_size", lambda: ga.reserve_size(g)),
+        ("buffer_size", lambda: ga.buffer_size(0)),
+    ):
+        with raises_code("ALLOC_STATE", what=f"{name} after release"):
+            call()
