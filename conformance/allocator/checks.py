@@ -65,17 +65,19 @@ def plan_violations(
             bad.append(f"{name} at offset {p.offset}, not a multiple of {bt.alignment}")
         sizes = chunk_sizes[p.buffer_id]
         if p.chunk >= len(sizes) or p.offset + t.size > sizes[p.chunk]:
-            bad.append(f"{name} [{p.offset}, {p.offset + t.size}) outside chunk {p.chunk} of {list(sizes)}")
+            bad.append(
+                f"{name} [{p.offset}, {p.offset + t.size}) outside chunk {p.chunk} of {list(sizes)}"
+            )
         largest[(p.buffer_id, p.chunk)] = max(
             largest.get((p.buffer_id, p.chunk), 0), -(-t.size // bt.alignment) * bt.alignment
         )
         where[name] = (bt.name, p.chunk, p.offset, p.offset + t.size)
-    for (b, c), big in sorted(largest.items()):
-        if c >= len(chunk_sizes[b]):
+    for (buf, c), big in sorted(largest.items()):
+        if c >= len(chunk_sizes[buf]):
             continue  # reported above
-        size, limit = chunk_sizes[b][c], bufts[b].max_size
+        size, limit = chunk_sizes[buf][c], bufts[buf].max_size
         if c != 15 and size > max(limit, big):
-            bad.append(f"buffer {b} chunk {c} holds {size} bytes, past max size {limit}")
+            bad.append(f"buffer {buf} chunk {c} holds {size} bytes, past max size {limit}")
     names = list(where)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -89,15 +91,18 @@ def plan_violations(
                 f"in {ba} chunk {ca}"
             )
     for name, p in placements.items():
-        t = graph.tensors.get(name)
-        if t is not None and t.is_view and p is not None:
+        view_t = graph.tensors.get(name)
+        if view_t is not None and view_t.is_view and p is not None:
+            t = view_t
             root = placements.get(t.view_src or "")
             if root is None or (p.buffer_id, p.chunk, p.offset) != (
                 root.buffer_id,
                 root.chunk,
                 root.offset + t.view_offs,
             ):
-                bad.append(f"view {name} at {p}, not at its root {t.view_src} {root} + {t.view_offs}")
+                bad.append(
+                    f"view {name} at {p}, not at its root {t.view_src} {root} + {t.view_offs}"
+                )
     return bad
 
 

@@ -12,23 +12,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph, contiguous
 from reference_impl.allocator.planner import BufferType
 
 
-def f32(name: str, n: int, op: str = "NONE", *src: str, **kw: object) -> Tensor:
+def f32(name: str, n: int, op: str = "NONE", *src: str, **kw: Any) -> Tensor:
     """An F32 tensor of ``n`` floats (contiguous, 1-D) computed by ``op`` from ``src``."""
-    return Tensor(name, 4 * n, op, tuple(src), layout=contiguous(n, type="f32"), **kw)  # type: ignore[arg-type]
+    return Tensor(name, 4 * n, op, tuple(src), layout=contiguous(n, type="f32"), **kw)
 
 
-def inp(name: str, n: int, **kw: object) -> Tensor:
+def inp(name: str, n: int, **kw: Any) -> Tensor:
     return f32(name, n, input=True, **kw)
 
 
-def view(name: str, n: int, of: str, root: str, offs: int, op: str = "VIEW", layout: object = None) -> Tensor:
+def view(
+    name: str, n: int, of: str, root: str, offs: int, op: str = "VIEW", layout: object = None
+) -> Tensor:
     return Tensor(
-        name, 4 * n, op, (of,), view_src=root, view_offs=offs,
+        name,
+        4 * n,
+        op,
+        (of,),
+        view_src=root,
+        view_offs=offs,
         layout=layout if layout is not None else contiguous(n, type="f32"),  # type: ignore[arg-type]
     )
 
@@ -58,29 +66,60 @@ def _g(tensors: list[Tensor], output: str) -> Graph:
 
 
 def too_many_tensors() -> Scenario:
-    t = [inp("x0", 2), inp("x1", 2), inp("x2", 2), f32("x3", 2, "MUL", "x0", "x1"),
-         f32("x4", 2, "ADD", "x1", "x2"), f32("x5", 2, "ADD", "x3", "x0"),
-         out(f32("x6", 2, "ADD", "x4", "x5"))]
+    t = [
+        inp("x0", 2),
+        inp("x1", 2),
+        inp("x2", 2),
+        f32("x3", 2, "MUL", "x0", "x1"),
+        f32("x4", 2, "ADD", "x1", "x2"),
+        f32("x5", 2, "ADD", "x3", "x0"),
+        out(f32("x6", 2, "ADD", "x4", "x5")),
+    ]
     return Scenario(
-        "max_size_too_many_tensors", "ALLOC-035", (BufferType("dummy", 8, 16),), _g(t, "x6"),
-        {"x1": (0, 0), "x2": (0, 8), "x0": (1, 0), "x4": (0, 8), "x3": (0, 0), "x5": (0, 0), "x6": (0, 8)},
-        ((16, 8),), lambda n: n <= 32, "<= 32",
+        "max_size_too_many_tensors",
+        "ALLOC-035",
+        (BufferType("dummy", 8, 16),),
+        _g(t, "x6"),
+        {
+            "x1": (0, 0),
+            "x2": (0, 8),
+            "x0": (1, 0),
+            "x4": (0, 8),
+            "x3": (0, 0),
+            "x5": (0, 0),
+            "x6": (0, 8),
+        },
+        ((16, 8),),
+        lambda n: n <= 32,
+        "<= 32",
     )
 
 
 def tensor_too_large() -> Scenario:
     t = [inp("x0", 4), inp("x1", 2), out(f32("x2", 6, "CONCAT", "x0", "x1"))]
     return Scenario(
-        "max_size_tensor_too_large", "ALLOC-036", (BufferType("dummy", 8, 32),), _g(t, "x2"),
-        {"x0": (0, 0), "x1": (0, 16), "x2": (1, 0)}, ((24, 24),), lambda n: n <= 56, "<= 56",
+        "max_size_tensor_too_large",
+        "ALLOC-036",
+        (BufferType("dummy", 8, 32),),
+        _g(t, "x2"),
+        {"x0": (0, 0), "x1": (0, 16), "x2": (1, 0)},
+        ((24, 24),),
+        lambda n: n <= 56,
+        "<= 56",
     )
 
 
 def larger_than_max() -> Scenario:
     t = [inp("x0", 6), out(f32("x1", 6, "SCALE", "x0"))]
     return Scenario(
-        "tensor_larger_than_max_size", "ALLOC-037", (BufferType("dummy", 8, 16),), _g(t, "x1"),
-        {"x0": (0, 0), "x1": (0, 0)}, ((24,),), lambda n: n == 24, "== 24",
+        "tensor_larger_than_max_size",
+        "ALLOC-037",
+        (BufferType("dummy", 8, 16),),
+        _g(t, "x1"),
+        {"x0": (0, 0), "x1": (0, 0)},
+        ((24,),),
+        lambda n: n == 24,
+        "== 24",
     )
 
 
@@ -94,16 +133,28 @@ def not_enough_chunks() -> Scenario:
     placed.update({"x15": (15, 0), "x16": (15, 8)})
     placed.update({f"a{i}": (0, 0) for i in range(16)})
     return Scenario(
-        "not_enough_chunks", "ALLOC-038", (BufferType("dummy", 8, 8),), _g(t, acc), placed,
-        ((8,) * 15 + (16,),), lambda n: n > 128, "> 128",
+        "not_enough_chunks",
+        "ALLOC-038",
+        (BufferType("dummy", 8, 8),),
+        _g(t, acc),
+        placed,
+        ((8,) * 15 + (16,),),
+        lambda n: n > 128,
+        "> 128",
     )
 
 
 def fill_leftover_space() -> Scenario:
     t = [inp("x0", 2), f32("x1", 4, "PAD", "x0"), out(f32("x2", 1, "MEAN", "x1"))]
     return Scenario(
-        "fill_leftover_space", "ALLOC-039", (BufferType("dummy", 8, 16),), _g(t, "x2"),
-        {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0)}, ((8, 16),), lambda n: n <= 28, "<= 28",
+        "fill_leftover_space",
+        "ALLOC-039",
+        (BufferType("dummy", 8, 16),),
+        _g(t, "x2"),
+        {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0)},
+        ((8, 16),),
+        lambda n: n <= 28,
+        "<= 28",
     )
 
 
@@ -111,80 +162,178 @@ def view_inplace() -> Scenario:
     t = [
         inp("x0", 4),
         view("x1", 4, "x0", "x0", 0, "RESHAPE", contiguous(2, 2, type="f32")),
-        view("x2", 4, "x1", "x0", 0, "PERMUTE",
-             contiguous(2, 2, type="f32").__class__("f32", (2, 2, 1, 1), (8, 4, 16, 16))),
+        view(
+            "x2",
+            4,
+            "x1",
+            "x0",
+            0,
+            "PERMUTE",
+            contiguous(2, 2, type="f32").__class__("f32", (2, 2, 1, 1), (8, 4, 16, 16)),
+        ),
         view("x3", 2, "x2", "x0", 4),
         inp("x4", 2),
         out(f32("x5", 2, "ADD", "x3", "x4")),
     ]
     return Scenario(
-        "view_inplace", "ALLOC-040", (BufferType("dummy", 8, 32),), _g(t, "x5"),
+        "view_inplace",
+        "ALLOC-040",
+        (BufferType("dummy", 8, 32),),
+        _g(t, "x5"),
         {"x0": (0, 0), "x1": (0, 0), "x2": (0, 0), "x3": (0, 4), "x4": (0, 16), "x5": (0, 16)},
-        ((24,),), lambda n: n <= 24, "<= 24",
+        ((24,),),
+        lambda n: n <= 24,
+        "<= 24",
     )
 
 
 def reuse_and_free() -> Scenario:
-    t = [inp("x0", 6), inp("x1", 2), inp("x2", 2), f32("x3", 2, "ADD", "x1", "x2"),
-         f32("x4", 8, "PAD", "x0"), f32("x5", 8, "SCALE", "x4"), f32("x6", 8, "ADD", "x4", "x5"),
-         view("x7", 2, "x6", "x6", 8), out(f32("x8", 2, "ADD", "x3", "x7"))]
+    t = [
+        inp("x0", 6),
+        inp("x1", 2),
+        inp("x2", 2),
+        f32("x3", 2, "ADD", "x1", "x2"),
+        f32("x4", 8, "PAD", "x0"),
+        f32("x5", 8, "SCALE", "x4"),
+        f32("x6", 8, "ADD", "x4", "x5"),
+        view("x7", 2, "x6", "x6", 8),
+        out(f32("x8", 2, "ADD", "x3", "x7")),
+    ]
     return Scenario(
-        "reuse_and_free", "ALLOC-041", (BufferType("dummy", 8, 40),), _g(t, "x8"),
-        {"x1": (0, 0), "x2": (0, 8), "x0": (0, 16), "x3": (0, 0), "x4": (1, 0), "x5": (0, 8),
-         "x6": (1, 0), "x7": (1, 8), "x8": (0, 0)},
-        ((40, 32),), lambda n: n <= 104, "<= 104",
+        "reuse_and_free",
+        "ALLOC-041",
+        (BufferType("dummy", 8, 40),),
+        _g(t, "x8"),
+        {
+            "x1": (0, 0),
+            "x2": (0, 8),
+            "x0": (0, 16),
+            "x3": (0, 0),
+            "x4": (1, 0),
+            "x5": (0, 8),
+            "x6": (1, 0),
+            "x7": (1, 8),
+            "x8": (0, 0),
+        },
+        ((40, 32),),
+        lambda n: n <= 104,
+        "<= 104",
     )
 
 
 def _merge_tensors() -> list[Tensor]:
-    return [inp("x0", 4), inp("x1", 4), inp("x2", 4), f32("x3", 1, "MEAN", "x0"),
-            f32("x4", 1, "MEAN", "x1"), f32("x5", 6, "PAD", "x2"), f32("x6", 1, "ADD", "x3", "x4"),
-            f32("x7", 6, "PAD", "x6"), out(f32("x8", 6, "ADD", "x5", "x7"))]
+    return [
+        inp("x0", 4),
+        inp("x1", 4),
+        inp("x2", 4),
+        f32("x3", 1, "MEAN", "x0"),
+        f32("x4", 1, "MEAN", "x1"),
+        f32("x5", 6, "PAD", "x2"),
+        f32("x6", 1, "ADD", "x3", "x4"),
+        f32("x7", 6, "PAD", "x6"),
+        out(f32("x8", 6, "ADD", "x5", "x7")),
+    ]
 
 
 def merge_free_block() -> Scenario:
     return Scenario(
-        "merge_free_block(32)", "ALLOC-042", (BufferType("dummy", 8, 32),), _g(_merge_tensors(), "x8"),
-        {"x2": (0, 0), "x0": (0, 16), "x1": (1, 0), "x5": (2, 0), "x3": (0, 0), "x4": (0, 8),
-         "x6": (0, 0), "x7": (0, 8), "x8": (2, 0)},
-        ((32, 16, 24),), lambda n: n <= 88, "<= 88",
+        "merge_free_block(32)",
+        "ALLOC-042",
+        (BufferType("dummy", 8, 32),),
+        _g(_merge_tensors(), "x8"),
+        {
+            "x2": (0, 0),
+            "x0": (0, 16),
+            "x1": (1, 0),
+            "x5": (2, 0),
+            "x3": (0, 0),
+            "x4": (0, 8),
+            "x6": (0, 0),
+            "x7": (0, 8),
+            "x8": (2, 0),
+        },
+        ((32, 16, 24),),
+        lambda n: n <= 88,
+        "<= 88",
     )
 
 
 def merge_free_block_unbounded() -> Scenario:
     return Scenario(
-        "merge_free_block(SIZE_MAX)", "ALLOC-042", (BufferType("dummy", 8, SIZE_MAX),),
+        "merge_free_block(SIZE_MAX)",
+        "ALLOC-042",
+        (BufferType("dummy", 8, SIZE_MAX),),
         _g(_merge_tensors(), "x8"),
-        {"x2": (0, 0), "x0": (0, 16), "x1": (0, 32), "x5": (0, 48), "x3": (0, 0), "x4": (0, 8),
-         "x6": (0, 0), "x7": (0, 8), "x8": (0, 48)},
-        ((72,),), lambda n: n <= 88, "<= 88",
+        {
+            "x2": (0, 0),
+            "x0": (0, 16),
+            "x1": (0, 32),
+            "x5": (0, 48),
+            "x3": (0, 0),
+            "x4": (0, 8),
+            "x6": (0, 0),
+            "x7": (0, 8),
+            "x8": (0, 48),
+        },
+        ((72,),),
+        lambda n: n <= 88,
+        "<= 88",
     )
 
 
 def prefer_already_allocated() -> Scenario:
     t = [inp("x0", 6), f32("x1", 1, "MEAN", "x0"), out(f32("x2", 1, "MEAN", "x1"))]
     return Scenario(
-        "prefer_already_allocated_memory", "ALLOC-043", (BufferType("dummy", 4, 32),), _g(t, "x2"),
-        {"x0": (0, 0), "x1": (0, 24), "x2": (0, 0)}, ((28,),), lambda n: n <= 28, "<= 28",
+        "prefer_already_allocated_memory",
+        "ALLOC-043",
+        (BufferType("dummy", 4, 32),),
+        _g(t, "x2"),
+        {"x0": (0, 0), "x1": (0, 24), "x2": (0, 0)},
+        ((28,),),
+        lambda n: n <= 28,
+        "<= 28",
     )
 
 
 def multiple_buffer_types() -> Scenario:
     t = [
-        f32("a0", 4, has_data=True), f32("a1", 4, has_data=True),
-        f32("b0", 6, has_data=True), f32("b1", 1, has_data=True),
-        inp("x0", 4), f32("x1", 4, "MUL", "x0", "a0"), f32("x2", 6, "PAD", "x1"),
-        f32("x3", 6, "MUL", "x2", "b0"), f32("x4", 1, "MEAN", "x3"), f32("x5", 1, "ADD", "x4", "b1"),
-        f32("x6", 4, "PAD", "x5"), f32("x7", 4, "ADD", "x6", "a1"), out(f32("x8", 4, "SCALE", "x7")),
+        f32("a0", 4, has_data=True),
+        f32("a1", 4, has_data=True),
+        f32("b0", 6, has_data=True),
+        f32("b1", 1, has_data=True),
+        inp("x0", 4),
+        f32("x1", 4, "MUL", "x0", "a0"),
+        f32("x2", 6, "PAD", "x1"),
+        f32("x3", 6, "MUL", "x2", "b0"),
+        f32("x4", 1, "MEAN", "x3"),
+        f32("x5", 1, "ADD", "x4", "b1"),
+        f32("x6", 4, "PAD", "x5"),
+        f32("x7", 4, "ADD", "x6", "a1"),
+        out(f32("x8", 4, "SCALE", "x7")),
     ]
     g = _g(t, "x8")
     node_buf = {"x1": 0, "x2": 0, "x3": 1, "x4": 1, "x5": 1, "x6": 1, "x7": 0, "x8": 0}
     leaf_buf = {"a0": 0, "a1": 0, "b0": 1, "b1": 1, "x0": 0}
     return Scenario(
-        "multiple_buffer_types", "ALLOC-044",
-        (BufferType("A", 8, 32), BufferType("B", 8, SIZE_MAX)), g,
-        {"x0": (0, 0), "x1": (0, 0), "x2": (1, 0), "x3": (1, 0), "x4": (0, 0), "x5": (0, 0),
-         "x6": (0, 8), "x7": (0, 8), "x8": (0, 8), "a0": None, "a1": None, "b0": None, "b1": None},
+        "multiple_buffer_types",
+        "ALLOC-044",
+        (BufferType("A", 8, 32), BufferType("B", 8, SIZE_MAX)),
+        g,
+        {
+            "x0": (0, 0),
+            "x1": (0, 0),
+            "x2": (1, 0),
+            "x3": (1, 0),
+            "x4": (0, 0),
+            "x5": (0, 0),
+            "x6": (0, 8),
+            "x7": (0, 8),
+            "x8": (0, 8),
+            "a0": None,
+            "a1": None,
+            "b0": None,
+            "b1": None,
+        },
         ((16, 24), (24,)),
         node_buffer_ids=tuple(node_buf[n] for n in g.nodes),
         leaf_buffer_ids=tuple(leaf_buf[n] for n in g.leafs),
@@ -197,35 +346,70 @@ def multiple_buffer_types() -> Scenario:
 def buffer_size_zero() -> Scenario:
     t = [inp("x0", 4), out(f32("x1", 4, "SCALE", "x0"))]
     return Scenario(
-        "buffer_size_zero", "ALLOC-045",
-        (BufferType("A", 8, SIZE_MAX), BufferType("B", 8, SIZE_MAX)), _g(t, "x1"),
-        {"x0": (0, 0), "x1": (0, 0)}, ((16,), ()), node_buffer_ids=(0,), leaf_buffer_ids=(0,),
+        "buffer_size_zero",
+        "ALLOC-045",
+        (BufferType("A", 8, SIZE_MAX), BufferType("B", 8, SIZE_MAX)),
+        _g(t, "x1"),
+        {"x0": (0, 0), "x1": (0, 0)},
+        ((16,), ()),
+        node_buffer_ids=(0,),
+        leaf_buffer_ids=(0,),
         bound_text="A == 16, B == 0",
     )
 
 
 def reallocation() -> tuple[Scenario, Scenario]:
     buft = (BufferType("dummy", 4, 32),)
-    g1 = _g([inp("x0", 6), inp("x1", 4), view("x2", 4, "x0", "x0", 0),
-             out(f32("x3", 4, "ADD", "x2", "x1"))], "x3")
+    g1 = _g(
+        [
+            inp("x0", 6),
+            inp("x1", 4),
+            view("x2", 4, "x0", "x0", 0),
+            out(f32("x3", 4, "ADD", "x2", "x1")),
+        ],
+        "x3",
+    )
     g2 = _g([inp("x0", 5), inp("x1", 5), out(f32("x2", 5, "ADD", "x0", "x1"))], "x2")
     return (
-        Scenario("reallocation(graph 1)", "ALLOC-046", buft, g1,
-                 {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0), "x3": (1, 0)}, ((24, 16),),
-                 lambda n: n == 40, "== 40"),
-        Scenario("reallocation(graph 2)", "ALLOC-046", buft, g2,
-                 {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0)}, ((20, 20),),
-                 lambda n: n == 40, "== 40"),
+        Scenario(
+            "reallocation(graph 1)",
+            "ALLOC-046",
+            buft,
+            g1,
+            {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0), "x3": (1, 0)},
+            ((24, 16),),
+            lambda n: n == 40,
+            "== 40",
+        ),
+        Scenario(
+            "reallocation(graph 2)",
+            "ALLOC-046",
+            buft,
+            g2,
+            {"x0": (0, 0), "x1": (1, 0), "x2": (0, 0)},
+            ((20, 20),),
+            lambda n: n == 40,
+            "== 40",
+        ),
     )
 
 
 def alloc_dep(with_dep: bool) -> Scenario:
     """Three chained scales; the scheduler's allocation dependency is a view node with op NONE
     listing the kept tensor, inserted after the node it must outlive."""
-    t = [inp("x0", 4), f32("x1", 4, "SCALE", "x0"), f32("x2", 4, "SCALE", "x1"),
-         out(f32("x3", 4, "SCALE", "x2"))]
+    t = [
+        inp("x0", 4),
+        f32("x1", 4, "SCALE", "x0"),
+        f32("x2", 4, "SCALE", "x1"),
+        out(f32("x3", 4, "SCALE", "x2")),
+    ]
     g = _g(t, "x3")
-    expected: dict[str, tuple[int, int] | None] = {"x0": (0, 0), "x1": (0, 0), "x2": (0, 0), "x3": (0, 0)}
+    expected: dict[str, tuple[int, int] | None] = {
+        "x0": (0, 0),
+        "x1": (0, 0),
+        "x2": (0, 0),
+        "x3": (0, 0),
+    }
     sizes: tuple[tuple[int, ...], ...] = ((16,),)
     if with_dep:
         dep = Tensor("dep", 16, "NONE", ("x1",), view_src="x1", layout=contiguous(4, type="f32"))
@@ -233,16 +417,30 @@ def alloc_dep(with_dep: bool) -> Scenario:
         expected = {"x0": (0, 0), "x1": (0, 0), "x2": (0, 16), "x3": (0, 16), "dep": (0, 0)}
         sizes = ((32,),)
     return Scenario(
-        f"graph_optimize_alloc_dep({'with' if with_dep else 'without'} dependency)", "ALLOC-047",
-        (BufferType("dummy", 8, SIZE_MAX),), g, expected, sizes,
+        f"graph_optimize_alloc_dep({'with' if with_dep else 'without'} dependency)",
+        "ALLOC-047",
+        (BufferType("dummy", 8, SIZE_MAX),),
+        g,
+        expected,
+        sizes,
     )
 
 
 def single_graph_scenarios() -> list[Scenario]:
     """Every scenario planned by one alloc_graph (or reserve_n + alloc_graph) on a fresh planner."""
     return [
-        too_many_tensors(), tensor_too_large(), larger_than_max(), not_enough_chunks(),
-        fill_leftover_space(), view_inplace(), reuse_and_free(), merge_free_block(),
-        merge_free_block_unbounded(), prefer_already_allocated(), multiple_buffer_types(),
-        buffer_size_zero(), alloc_dep(False), alloc_dep(True),
+        too_many_tensors(),
+        tensor_too_large(),
+        larger_than_max(),
+        not_enough_chunks(),
+        fill_leftover_space(),
+        view_inplace(),
+        reuse_and_free(),
+        merge_free_block(),
+        merge_free_block_unbounded(),
+        prefer_already_allocated(),
+        multiple_buffer_types(),
+        buffer_size_zero(),
+        alloc_dep(False),
+        alloc_dep(True),
     ]

@@ -50,20 +50,28 @@ def _bad_graphs() -> list[Any]:
         pytest.param(_with(g, "x", size=SIZE_MAX + 1), "size", id="size-past-SIZE_MAX"),
         pytest.param(_with(g, "x", size=-4), "size", id="negative-size"),
         pytest.param(Graph(g.tensors, (*g.nodes, "s"), g.leafs, g.order), "nodes", id="node-twice"),
-        pytest.param(Graph(g.tensors, g.nodes, (*g.leafs, "q"), g.order), "leafs", id="unknown-leaf"),
-        pytest.param(Graph(g.tensors, g.nodes[1:], g.leafs, g.order), "src", id="source-not-in-graph"),
         pytest.param(
-            _with(g, "s", op="VIEW", view_src="nowhere"), "src", id="unknown-view-source"
+            Graph(g.tensors, g.nodes, (*g.leafs, "q"), g.order), "leafs", id="unknown-leaf"
         ),
         pytest.param(
-            Graph({**g.tensors, "v": Tensor("v", 4, "VIEW", ("x",), view_src="x"),
-                   "w": Tensor("w", 4, "VIEW", ("v",), view_src="v")},
-                  (*g.nodes, "v", "w"), g.leafs, (*g.order, "v", "w")),
-            "view_src", id="view-of-a-view",
+            Graph(g.tensors, g.nodes[1:], g.leafs, g.order), "src", id="source-not-in-graph"
         ),
+        pytest.param(_with(g, "s", op="VIEW", view_src="nowhere"), "src", id="unknown-view-source"),
         pytest.param(
-            _with(g, "s", size=32), "size", id="in-place-node-larger-than-its-parent"
+            Graph(
+                {
+                    **g.tensors,
+                    "v": Tensor("v", 4, "VIEW", ("x",), view_src="x"),
+                    "w": Tensor("w", 4, "VIEW", ("v",), view_src="v"),
+                },
+                (*g.nodes, "v", "w"),
+                g.leafs,
+                (*g.order, "v", "w"),
+            ),
+            "view_src",
+            id="view-of-a-view",
         ),
+        pytest.param(_with(g, "s", size=32), "size", id="in-place-node-larger-than-its-parent"),
     ]
 
 
@@ -133,10 +141,38 @@ def test_overflow_mid_plan_changes_nothing(target: Any) -> None:
         [inp("a", 4), Tensor("b", SIZE_MAX - 3, input=True), out(f32("c", 4, "CONCAT", "a", "b"))],
         ["c"],
     )
-    with unchanged(lambda: _state(ga, 1), "the planner"):
-        with raises_code("ALLOC_OVERFLOW", field="size"):
-            ga.reserve(huge)
+    with (
+        unchanged(lambda: _state(ga, 1), "the planner"),
+        raises_code("ALLOC_OVERFLOW", field="size"),
+    ):
+        ga.reserve(huge)
     assert ga.alloc_graph(_good()) and ga.allocations == [(0, 32)]
+
+
+@pytest.mark.invariant("ALLOC-014", "ALLOC-033")
+def test_chunk_sum_overflow_keeps_the_stored_plan(target: Any) -> None:
+    """Two 2^63-byte inputs plan fine in two chunks whose sizes sum past SIZE_MAX: the reserve
+    fails, and the plan stored before it still serves (a two-buffer planner would refuse a
+    graph that does not match its stored plan)."""
+    g = _good()
+    ga = target.allocator_planner(TWO)
+    assert ga.reserve(g, (0, 0), (0, 0)) and ga.alloc_graph(g)
+    half = 2**63
+    huge = build_graph(
+        [
+            Tensor("a", half, input=True),
+            Tensor("b", half, input=True),
+            out(f32("c", 1, "CONCAT", "a", "b")),
+        ],
+        ["c"],
+    )
+    for call in (ga.reserve, ga.reserve_size):
+        with (
+            unchanged(lambda: _state(ga, 2), "the planner"),
+            raises_code("ALLOC_OVERFLOW", field="size", what=call.__name__),
+        ):
+            call(huge, (0,), (0, 0))
+        assert ga.alloc_graph(g), f"after the failed {call.__name__} the stored plan was lost"
 
 
 @pytest.mark.invariant("ALLOC-034")

@@ -45,7 +45,9 @@ def test_successive_tensors_pack_in_order(
     expect = start
     for i, size in enumerate(sizes):
         got = ta.alloc(f"t{i}", size)
-        assert got == expect, f"tensor {i} ({size} B, align {align}, base {base}) at {got}, not {expect}"
+        assert got == expect, (
+            f"tensor {i} ({size} B, align {align}, base {base}) at {got}, not {expect}"
+        )
         assert (base + got) % align == 0
         expect += -(-size // align) * align
     assert ta.offset == expect
@@ -62,7 +64,9 @@ def test_out_of_space_changes_nothing(target: Any) -> None:
     assert ta.alloc("c", 16) == 48, "the space left is still usable"
 
 
-BAD_ALIGNMENTS = pytest.mark.parametrize("alignment", [0, 3, 12, 24, -8])  # shared by the areas' files
+BAD_ALIGNMENTS = pytest.mark.parametrize(
+    "alignment", [0, 3, 12, 24, -8]
+)  # shared by the areas' files
 
 
 @pytest.mark.requires("allocator.errors")

@@ -98,8 +98,12 @@ def test_leafs_come_first(target: Any, graph: Graph) -> None:
 @pytest.mark.invariant("ALLOC-017")
 def test_input_nodes_come_before_other_nodes(target: Any) -> None:
     g = build_graph(
-        [inp("l0", 2), inp("l1", 2), out(f32("n0", 2, "MEAN", "l0")),
-         out(f32("n1", 2, "CPY", "l1", input=True))],
+        [
+            inp("l0", 2),
+            inp("l1", 2),
+            out(f32("n0", 2, "MEAN", "l0")),
+            out(f32("n1", 2, "CPY", "l1", input=True)),
+        ],
         ["n0", "n1"],
     )
     got = place(target, g)
@@ -118,8 +122,12 @@ def test_sources_are_freed_after_their_last_reader(target: Any) -> None:
 def test_a_view_keeps_its_root_alive(target: Any) -> None:
     """x0's direct reader y is done at node 0, but z reads it through the view v at node 2."""
     g = build_graph(
-        [inp("x0", 4), out(f32("y", 4, "CPY", "x0")), view("v", 4, "x0", "x0", 0),
-         out(f32("z", 4, "CPY", "v"))],
+        [
+            inp("x0", 4),
+            out(f32("y", 4, "CPY", "x0")),
+            view("v", 4, "x0", "x0", 0),
+            out(f32("z", 4, "CPY", "v")),
+        ],
         ["y", "z"],
     )
     assert g.nodes == ("y", "v", "z")
@@ -140,7 +148,12 @@ def _in_place_graph(case: str) -> tuple[Graph, str, str]:
     elif case == "output parent":
         t = [a, b, out(f32("p", 4, "CPY", "a")), out(f32("n", 4, "SCALE", "p"))]
     elif case == "two children":
-        t = [a, f32("p", 4, "CPY", "a"), out(f32("n", 4, "SCALE", "p")), out(f32("m", 4, "SQR", "p"))]
+        t = [
+            a,
+            f32("p", 4, "CPY", "a"),
+            out(f32("n", 4, "SCALE", "p")),
+            out(f32("m", 4, "SQR", "p")),
+        ]
         outs = ["n", "m"]
     elif case == "other layout":
         p = Tensor("p", 16, "CPY", ("a",), layout=contiguous(2, 2, type="f32"))
@@ -180,9 +193,8 @@ def test_in_place_reuse(target: Any, case: str, reuses: bool) -> None:
     graph, node, parent = _in_place_graph(case)
     got = place(target, graph)
     same = got[node] is not None and got[node] == got[parent]
-    assert same is reuses, (
-        f"{case}: {node} at {got[node]}, {parent} at {got[parent]}: "
-        + ("expected in-place reuse" if reuses else "must not reuse it")
+    assert same is reuses, f"{case}: {node} at {got[node]}, {parent} at {got[parent]}: " + (
+        "expected in-place reuse" if reuses else "must not reuse it"
     )
 
 
@@ -192,8 +204,13 @@ def test_in_place_reuse_frees_the_parents_tail(target: Any) -> None:
     tail goes back at once, so t fits there instead of growing the buffer."""
     p = Tensor("p", 32, "MUL_MAT", ("l0", "l1"), layout=contiguous(4, type="f32"))
     g = build_graph(
-        [out(inp("l0", 4)), out(inp("l1", 4)), p, f32("s", 4, "SCALE", "p"),
-         out(f32("t", 4, "CPY", "s"))],
+        [
+            out(inp("l0", 4)),
+            out(inp("l1", 4)),
+            p,
+            f32("s", 4, "SCALE", "p"),
+            out(f32("t", 4, "CPY", "s")),
+        ],
         ["t"],
     )
     got = place(target, g)
@@ -229,7 +246,14 @@ def test_each_buffer_has_its_own_alignment(target: Any) -> None:
     assert ga.reserve(g, (0, 1), tuple(ids[n] for n in g.leafs))
     assert ga.alloc_graph(g)
     got = {n: (p.buffer_id, p.offset) for n, p in ga.placements.items()}
-    assert got == {"l0": (0, 0), "l1": (0, 32), "l2": (1, 0), "l3": (1, 8), "n": (0, 64), "m": (1, 16)}
+    assert got == {
+        "l0": (0, 0),
+        "l1": (0, 32),
+        "l2": (1, 0),
+        "l3": (1, 8),
+        "n": (0, 64),
+        "m": (1, 16),
+    }
 
 
 def _two_graphs() -> tuple[Graph, Graph, Graph]:
@@ -247,10 +271,14 @@ def test_reserve_reallocates_only_to_grow(target: Any) -> None:
     ga = target.allocator_planner(ONE)
     assert ga.reserve(big) and ga.allocations == [(0, 64)]
     assert ga.reserve(small)
-    assert ga.allocations == [(0, 64)] and ga.buffer_size(0) == 64, "a smaller plan keeps the buffer"
+    assert ga.allocations == [(0, 64)] and ga.buffer_size(0) == 64, (
+        "a smaller plan keeps the buffer"
+    )
     ga = target.allocator_planner(ONE)
     assert ga.reserve(small) and ga.reserve(big)
-    assert ga.allocations == [(0, 32), (0, 64)], "growing makes the chunk at its new high-water mark"
+    assert ga.allocations == [(0, 32), (0, 64)], (
+        "growing makes the chunk at its new high-water mark"
+    )
     assert ga.buffer_size(0) == 64
 
 
@@ -282,8 +310,12 @@ def test_when_a_new_plan_is_needed(target: Any) -> None:
         [inp("x", 4), f32("w", 1, has_data=True), out(f32("y", 4, "ADD", "x", "w"))], ["y"]
     )
     assert not _stale(target, lighter, heavy), "a tensor with data is never checked"
-    wide = build_graph([inp("x", 8), view("v", 8, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"])
-    narrow = build_graph([inp("x", 8), view("v", 2, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"])
+    wide = build_graph(
+        [inp("x", 8), view("v", 8, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"]
+    )
+    narrow = build_graph(
+        [inp("x", 8), view("v", 2, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"]
+    )
     assert not _stale(target, narrow, wide), "a view is never checked"
 
 

@@ -35,7 +35,9 @@ class GraphCase:
     leaf_buffer_ids: tuple[int, ...] | None = None
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example
-        lines = [f"bufts={self.bufts!r} node_ids={self.node_buffer_ids} leaf_ids={self.leaf_buffer_ids}"]
+        lines = [
+            f"bufts={self.bufts!r} node_ids={self.node_buffer_ids} leaf_ids={self.leaf_buffer_ids}"
+        ]
         for name in self.graph.order:
             t = self.graph[name]
             flags = "".join(
@@ -162,12 +164,15 @@ class Reset:
     pass
 
 
-def chunk_ops(max_ops: int = 40) -> st.SearchStrategy[list[Alloc | Free | Reset]]:
-    op: st.SearchStrategy[Alloc | Free | Reset] = st.one_of(
-        st.builds(Alloc, st.integers(1, 96)),
-        st.builds(Alloc, st.integers(1, 96)),
-        st.builds(Free, st.integers(0, 1000)),
-        st.builds(Free, st.integers(0, 1000)),
-        st.just(Reset()),
-    )
-    return st.lists(op, max_size=max_ops)
+def _op(k: tuple[int, int, int]) -> Alloc | Free | Reset:
+    kind, size, pick = k
+    if kind < 10:
+        return Alloc(size)
+    return Free(pick) if kind < 19 else Reset()
+
+
+def chunk_ops(max_ops: int = 60) -> st.SearchStrategy[list[Alloc | Free | Reset]]:
+    """Allocations (half), frees of a live region (nearly half) and a rare reset: long enough
+    runs that freed regions meet both neighbours."""
+    op = st.tuples(st.integers(0, 19), st.integers(1, 96), st.integers(0, 1000)).map(_op)
+    return st.lists(op, min_size=4, max_size=max_ops)

@@ -45,6 +45,36 @@ def _as_int64(value: int) -> int:
     return value - 2**64 if value >= 2**63 else value
 
 
+@implements("ALLOC-006")
+def best_non_last(chunks: list[Chunk], size: int) -> tuple[int, int] | None:
+    """``(chunk, block)``: the smallest fitting block that is not last in its chunk, ties to
+    the higher offset; the best size restarts at every chunk, so a later chunk with any fit
+    wins (decision D2)."""
+    best = None
+    for c, chunk in enumerate(chunks):
+        best_size = SIZE_MAX
+        for i, block in enumerate(chunk.blocks[:-1]):
+            if size <= block.size <= best_size:
+                best, best_size = (c, i), block.size
+    return best
+
+
+@implements("ALLOC-007")
+def best_last(chunks: list[Chunk], size: int) -> tuple[int, int] | None:
+    """``(chunk, block)``: among the last blocks that fit, the chunk that fits the tensor
+    within its high-water mark with the least slack; else the one that grows least."""
+    best, best_reuse = None, -(2**63)
+    for c, chunk in enumerate(chunks):
+        if not chunk.blocks:
+            continue
+        last = chunk.blocks[-1]
+        reuse = _as_int64(chunk.max_size - last.offset - size)
+        better = (best_reuse < 0 and reuse > best_reuse) or (0 <= reuse < best_reuse)
+        if last.size >= size and better:
+            best, best_reuse = (c, len(chunk.blocks) - 1), reuse
+    return best
+
+
 @implements("ALLOC-004")
 @dataclass
 class ChunkAllocator:
@@ -68,32 +98,12 @@ class ChunkAllocator:
         self.chunks.append(Chunk([Block(0, size)]))
         return len(self.chunks) - 1
 
-    @implements("ALLOC-006", "ALLOC-007", "ALLOC-008", "ALLOC-009")
+    @implements("ALLOC-008", "ALLOC-009")
     def alloc(self, size: int) -> Address:
         self._live()
         size = align_up(size, self.alignment)
-        best: tuple[int, int] | None = None
-        # 1. best fit among the blocks that are not last in their chunk; the best size restarts
-        #    at every chunk, so a later chunk with any fit wins (decision D2)
-        for c, chunk in enumerate(self.chunks):
-            best_size = SIZE_MAX
-            for i, block in enumerate(chunk.blocks[:-1]):
-                if size <= block.size <= best_size:
-                    best, best_size = (c, i), block.size
-        # 2. the last blocks: prefer fitting inside what the chunk already reached, least slack;
-        #    else the least growth
-        if best is None:
-            best_reuse = -(2**63)
-            for c, chunk in enumerate(self.chunks):
-                if not chunk.blocks:
-                    continue
-                last = chunk.blocks[-1]
-                reuse = _as_int64(chunk.max_size - last.offset - size)
-                better = (best_reuse < 0 and reuse > best_reuse) or (0 <= reuse < best_reuse)
-                if last.size >= size and better:
-                    best, best_reuse = (c, len(chunk.blocks) - 1), reuse
-        # 3. a new chunk (the 16th never runs out, so there is no 17th)
-        if best is None:
+        best = best_non_last(self.chunks, size) or best_last(self.chunks, size)
+        if best is None:  # a new chunk (the 16th never runs out, so there is no 17th)
             best = (self._new_chunk(size), 0)
         c, i = best
         chunk = self.chunks[c]

@@ -29,14 +29,20 @@ def _ranges(tensors: Sequence[Tensor], buft: BufferType) -> list[tuple[int, int,
     out: list[tuple[int, int, int]] = []
     first, cur = 0, 0
     for i, t in enumerate(tensors):
-        this = 0 if t.has_data or t.is_view else align_up(t.size, buft.alignment, what=f"{t.name}: size")
+        this = (
+            0
+            if t.has_data or t.is_view
+            else align_up(t.size, buft.alignment, what=f"{t.name}: size")
+        )
         if cur > 0 and cur + this > buft.max_size:
             out.append((first, i, cur))
             first, cur = i, this
         else:
             cur += this
             if cur > SIZE_MAX:
-                raise AllocError("ALLOC_OVERFLOW", f"{t.name}: buffer size overflows size_t", field="size")
+                raise AllocError(
+                    "ALLOC_OVERFLOW", f"{t.name}: buffer size overflows size_t", field="size"
+                )
     if cur > 0:
         out.append((first, len(tensors), cur))
     return out
@@ -85,7 +91,9 @@ def _view(root: tuple[int, int] | None, offs: int) -> tuple[int, int] | None:
 
 
 @implements("ALLOC-032")
-def alloc_ctx_tensors_size(tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool = True) -> int:
+def alloc_ctx_tensors_size(
+    tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool = True
+) -> int:
     """The bytes :func:`alloc_ctx_tensors` would allocate, allocating nothing."""
     _check(tensors, buft, no_alloc)
     return sum(size for _, _, size in _ranges(tensors, buft))

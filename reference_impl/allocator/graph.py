@@ -63,12 +63,14 @@ class Layout:
         """ggml_nbytes for a block size of 1."""
         if any(n <= 0 for n in self.ne):
             return 0
-        return TYPE_SIZES[self.type] + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+        return TYPE_SIZES[self.type] + sum(
+            (n - 1) * b for n, b in zip(self.ne, self.nb, strict=True)
+        )
 
 
 def contiguous(*ne: int, type: str = "i8") -> Layout:
     """A row-major layout of shape ``ne`` (1 to 4 dims, innermost first)."""
-    dims = (tuple(ne) + (1, 1, 1, 1))[:4]
+    dims = ((*tuple(ne), 1, 1, 1, 1))[:4]
     es = TYPE_SIZES[type]
     nb = [es]
     for n in dims[:3]:
@@ -127,15 +129,23 @@ def check_tensors(tensors: Sequence[Tensor]) -> None:
     by_name = {t.name: t for t in tensors}
     for i, t in enumerate(tensors):
         if t.name in names:
-            raise AllocError("ALLOC_GRAPH", f"tensor name {t.name!r} used twice", field="name", index=i)
+            raise AllocError(
+                "ALLOC_GRAPH", f"tensor name {t.name!r} used twice", field="name", index=i
+            )
         names.add(t.name)
         if not 0 <= t.size <= SIZE_MAX:
             raise AllocError(
-                "ALLOC_GRAPH", f"{t.name}: size {t.size} outside [0, SIZE_MAX]", field="size", index=i
+                "ALLOC_GRAPH",
+                f"{t.name}: size {t.size} outside [0, SIZE_MAX]",
+                field="size",
+                index=i,
             )
         if len(t.src) > MAX_SRC:
             raise AllocError(
-                "ALLOC_GRAPH", f"{t.name}: {len(t.src)} sources, at most {MAX_SRC}", field="src", index=i
+                "ALLOC_GRAPH",
+                f"{t.name}: {len(t.src)} sources, at most {MAX_SRC}",
+                field="src",
+                index=i,
             )
     for i, t in enumerate(tensors):
         for s in (*t.src, *(() if t.view_src is None else (t.view_src,))):
@@ -158,21 +168,28 @@ def check_graph(graph: Graph) -> None:
     order = graph.order or tuple(graph.tensors)
     check_tensors([graph.tensors[n] for n in order if n in graph.tensors])
     if set(order) != set(graph.tensors):
-        raise AllocError("ALLOC_GRAPH", "graph.order does not list every tensor once", field="order")
+        raise AllocError(
+            "ALLOC_GRAPH", "graph.order does not list every tensor once", field="order"
+        )
     seen: set[str] = set()
     for what, names in (("nodes", graph.nodes), ("leafs", graph.leafs)):
         for i, name in enumerate(names):
             if name not in graph.tensors or name in seen:
                 raise AllocError(
-                    "ALLOC_GRAPH", f"{what}[{i}] {name!r} is unknown or listed twice", field=what, index=i
+                    "ALLOC_GRAPH",
+                    f"{what}[{i}] {name!r} is unknown or listed twice",
+                    field=what,
+                    index=i,
                 )
             seen.add(name)
     for i, name in enumerate(graph.nodes):
         for s in graph.tensors[name].src:
             if s not in seen:
                 raise AllocError(
-                    "ALLOC_GRAPH", f"nodes[{i}] {name!r} reads {s!r}, which is not in the graph",
-                    field="src", index=i,
+                    "ALLOC_GRAPH",
+                    f"nodes[{i}] {name!r} reads {s!r}, which is not in the graph",
+                    field="src",
+                    index=i,
                 )
 
 

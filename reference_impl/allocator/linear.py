@@ -13,7 +13,9 @@ from reference_impl.spec_links import implements
 def check_alignment(alignment: int, *, field: str = "alignment") -> None:
     """Alignments are powers of two (ggml rounds with a bit mask in places)."""
     if alignment <= 0 or alignment & (alignment - 1):
-        raise AllocError("ALLOC_ALIGNMENT", f"alignment {alignment} is not a power of two", field=field)
+        raise AllocError(
+            "ALLOC_ALIGNMENT", f"alignment {alignment} is not a power of two", field=field
+        )
 
 
 @implements("ALLOC-014")
@@ -21,7 +23,11 @@ def align_up(size: int, alignment: int, *, what: str = "size") -> int:
     """``size`` rounded up to ``alignment``, refusing a result past SIZE_MAX instead of wrapping."""
     padded = -(-size // alignment) * alignment
     if padded > SIZE_MAX:
-        raise AllocError("ALLOC_OVERFLOW", f"{what} {size} rounded up to {alignment} overflows size_t", field="size")
+        raise AllocError(
+            "ALLOC_OVERFLOW",
+            f"{what} {size} rounded up to {alignment} overflows size_t",
+            field="size",
+        )
     return padded
 
 

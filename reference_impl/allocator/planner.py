@@ -89,7 +89,9 @@ class GraphAllocator:
     @implements("ALLOC-015", "ALLOC-016", "ALLOC-049")
     def __init__(self, bufts: Sequence[BufferType]) -> None:
         if not bufts:
-            raise AllocError("ALLOC_BUFFER_ID", "a planner needs at least one buffer type", field="bufts")
+            raise AllocError(
+                "ALLOC_BUFFER_ID", "a planner needs at least one buffer type", field="bufts"
+            )
         first: dict[str, int] = {}
         self.bufts = list(bufts)
         self.allocs: list[ChunkAllocator] = []
@@ -109,7 +111,9 @@ class GraphAllocator:
                 first[bt.name] = i
                 self.allocs.append(ChunkAllocator(bt.alignment, bt.max_size))
         self.buffers: list[Backing | None] = [None] * len(self.bufts)
-        self.allocations: list[tuple[int, int]] = []  # (buffer id, bytes): every backing buffer made
+        self.allocations: list[
+            tuple[int, int]
+        ] = []  # (buffer id, bytes): every backing buffer made
         self.placements: dict[str, Placement | None] = {}
         self._plan = _Plan()
         self._hash: dict[str, _Hash] = {}
@@ -137,7 +141,9 @@ class GraphAllocator:
 
         def run() -> list[int]:
             self._reserve(graph, node_buffer_ids, leaf_buffer_ids, True)
-            return [_sum_sizes(a.chunk_max_sizes(), f"buffer {i}") for i, a in enumerate(self.allocs)]
+            return [
+                _sum_sizes(a.chunk_max_sizes(), f"buffer {i}") for i, a in enumerate(self.allocs)
+            ]
 
         return self._atomic(run)
 
@@ -240,7 +246,8 @@ class GraphAllocator:
             highs = alloc.chunk_max_sizes()
             _sum_sizes(highs, f"buffer {i}")
             realloc = buf is None or any(
-                h > (buf.chunk_sizes[c] if c < len(buf.chunk_sizes) else 0) for c, h in enumerate(highs)
+                h > (buf.chunk_sizes[c] if c < len(buf.chunk_sizes) else 0)
+                for c, h in enumerate(highs)
             )
             if realloc:
                 if size_only:
@@ -286,29 +293,19 @@ class GraphAllocator:
                     elif hn.allocated:
                         self._free(parent)
 
-    @implements("ALLOC-019", "ALLOC-020", "ALLOC-021", "ALLOC-022")
+    @implements("ALLOC-019", "ALLOC-022")
     def _allocate(self, graph: Graph, t: Tensor, buffer_id: int) -> None:
         hn = self._hash[t.name]
         if t.has_data or hn.allocated or t.is_view:
             return
         hn.allocated = True
-        if t.op in IN_PLACE_OPS:
-            for s in t.src:
-                parent = graph[s]
-                p_hn = self._hash[s]
-                if not p_hn.allocated:  # only what this planner placed itself (D3: never a view)
-                    continue
-                if parent.output or (
-                    parent.view_src is not None and graph[parent.view_src].output
-                ):
-                    continue
-                if parent.shape != t.shape:
-                    continue
-                if p_hn.n_children == 1 and p_hn.n_views == 0:
-                    hn.buffer_id, hn.addr = p_hn.buffer_id, p_hn.addr
-                    p_hn.allocated = False  # the node owns the region now; never free the parent
-                    self._free_extra_space(t, parent, hn, p_hn)
-                    return
+        parent = reusable_parent(graph, t, self._hash)
+        if parent is not None:
+            p_hn = self._hash[parent]
+            hn.buffer_id, hn.addr = p_hn.buffer_id, p_hn.addr
+            p_hn.allocated = False  # the node owns the region now; never free the parent
+            self._free_extra_space(t, graph[parent], hn, p_hn)
+            return
         hn.buffer_id = buffer_id
         hn.addr = self.allocs[buffer_id].alloc(t.size)
 
@@ -386,7 +383,14 @@ class GraphAllocator:
         try:
             return fn()
         except AllocError:
-            (self.allocs, self.buffers, self.allocations, self.placements, self._plan, self._hash) = saved
+            (
+                self.allocs,
+                self.buffers,
+                self.allocations,
+                self.placements,
+                self._plan,
+                self._hash,
+            ) = saved
             self._sized_only = sized_only
             raise
 
@@ -400,7 +404,9 @@ class GraphAllocator:
         if ids is None:
             return [0] * n
         if len(ids) != n:
-            raise AllocError("ALLOC_BUFFER_ID", f"{what} has {len(ids)} entries for {n}", field=what)
+            raise AllocError(
+                "ALLOC_BUFFER_ID", f"{what} has {len(ids)} entries for {n}", field=what
+            )
         for i, b in enumerate(ids):
             self._check_id(b, what, len(self.bufts), index=i)
         return list(ids)
@@ -409,8 +415,31 @@ class GraphAllocator:
     def _check_id(b: int, what: str, n: int, index: int | None = None) -> None:
         if not 0 <= b < n:
             raise AllocError(
-                "ALLOC_BUFFER_ID", f"{what}: buffer id {b} outside [0, {n})", field=what, index=index
+                "ALLOC_BUFFER_ID",
+                f"{what}: buffer id {b} outside [0, {n})",
+                field=what,
+                index=index,
             )
+
+
+@implements("ALLOC-020", "ALLOC-021", "ALLOC-024")
+def reusable_parent(graph: Graph, node: Tensor, hashes: dict[str, _Hash]) -> str | None:
+    """The source ``node`` may overwrite in place: the first, in source order, that this
+    planner placed itself (so never a view: decision D3), is not an output nor a view of one,
+    has the node's layout, and has the node as its only child and no views."""
+    if node.op not in IN_PLACE_OPS:
+        return None
+    for s in node.src:
+        parent, p_hn = graph[s], hashes[s]
+        if not p_hn.allocated:
+            continue
+        if parent.output or (parent.view_src is not None and graph[parent.view_src].output):
+            continue
+        if parent.shape != node.shape:
+            continue
+        if p_hn.n_children == 1 and p_hn.n_views == 0:
+            return s
+    return None
 
 
 def _padded(slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
@@ -422,5 +451,7 @@ def _padded(slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
 def _sum_sizes(sizes: Sequence[int], what: str) -> int:
     total = sum(sizes)
     if total > SIZE_MAX:
-        raise AllocError("ALLOC_OVERFLOW", f"{what}: chunks sum to more than SIZE_MAX", field="size")
+        raise AllocError(
+            "ALLOC_OVERFLOW", f"{what}: chunks sum to more than SIZE_MAX", field="size"
+        )
     return total

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from conformance.protocol import (
+        allocator,
         batch,
         decoder,
         decoupled,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         sampling,
         tokenizer,
     )
+    from conformance.targets.reference import allocator as r_allocator
     from conformance.targets.reference import batch as r_batch
     from conformance.targets.reference import decoder as r_decoder
     from conformance.targets.reference import decoupled as r_decoupled
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from conformance.targets.reference import tokenizer as r_tokenizer
 
     class _Reference(
+        r_allocator.Reference,
         r_batch.Reference,
         r_decoder.Reference,
         r_decoupled.Reference,
@@ -52,6 +55,11 @@ if TYPE_CHECKING:
 
     def _conforms(t: _Reference) -> None:
         # one assignment per capability Protocol, so mypy names the member that conflicts
+        _a1: allocator.Linear = t
+        _a2: allocator.Chunks = t
+        _a3: allocator.Planning = t
+        _a4: allocator.CtxTensors = t
+        _a5: allocator.Errors = t
         _b1: batch.Sanitize = t
         _b2: batch.Split = t
         _b3: batch.SplitPlans = t

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from reference_impl.allocator import chunks, context, linear, planner
 from reference_impl.allocator.graph import Tensor
@@ -38,15 +37,15 @@ class _Chunks:
 
 class Reference:
     # -- allocator.linear ----------------------------------------------------------------------
-    def allocator_linear(self, size: int, alignment: int, base: int = 0) -> Any:
+    def allocator_linear(self, size: int, alignment: int, base: int = 0) -> linear.LinearAllocator:
         return linear.LinearAllocator(size, alignment, base)
 
     # -- allocator.chunks ----------------------------------------------------------------------
-    def allocator_chunks(self, alignment: int, max_size: int) -> Any:
+    def allocator_chunks(self, alignment: int, max_size: int) -> _Chunks:
         return _Chunks(alignment, max_size)
 
     # -- allocator.planner ---------------------------------------------------------------------
-    def allocator_planner(self, bufts: Sequence[planner.BufferType]) -> Any:
+    def allocator_planner(self, bufts: Sequence[planner.BufferType]) -> planner.GraphAllocator:
         return planner.GraphAllocator(bufts)
 
     # -- allocator.ctx_tensors -----------------------------------------------------------------
