@@ -239,8 +239,11 @@ def test_template_adapter_loads_and_validates() -> None:
 
 
 def test_llamacpp_claims_only_what_a_public_decode_api_offers() -> None:
-    """llama.cpp is the model of a black-box engine: everything it claims is in BLACK_BOX."""
+    """llama.cpp is the model of a black-box engine: everything it claims is in BLACK_BOX,
+    except the allocator, which it reaches through ggml's own public ggml-alloc.h (a library
+    API beside llama.h, not the decode API)."""
     from conformance.protocol import black_box
 
     claimed = frozenset(LlamaCppTarget.capabilities)
-    assert black_box(claimed) == claimed, sorted(claimed - black_box(claimed))
+    ggml_alloc = {"allocator.linear", "allocator.planner", "allocator.ctx_tensors"}
+    assert claimed - black_box(claimed) <= ggml_alloc, sorted(claimed - black_box(claimed))
