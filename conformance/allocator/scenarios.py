@@ -444,3 +444,109 @@ def single_graph_scenarios() -> list[Scenario]:
         alloc_dep(False),
         alloc_dep(True),
     ]
+
+
+def llama_layer(
+    n_tokens: int,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ctx: int = 32,
+    n_ff: int = 128,
+) -> tuple[Graph, list[str]]:
+    """One llama decoder layer as llama.cpp builds it for ``n_tokens`` tokens: weights and the
+    KV cache have data, the new K/V rows are copied into cache views, attention reads the whole
+    cache through views, the FFN is SwiGLU. Returns the graph and its outputs in build order."""
+    hd = n_embd // n_head
+    kv = hd * n_head_kv
+    t = n_tokens
+
+    def w(name: str, *ne: int) -> Tensor:
+        return Tensor(name, 4 * _prod(ne), has_data=True, layout=contiguous(*ne, type="f32"))
+
+    def node(name: str, op: str, ne: tuple[int, ...], *src: str, **kw: Any) -> Tensor:
+        return Tensor(name, 4 * _prod(ne), op, src, layout=contiguous(*ne, type="f32"), **kw)
+
+    def vw(name: str, op: str, ne: tuple[int, ...], of: str, root: str, offs: int = 0) -> Tensor:
+        return Tensor(
+            name,
+            4 * _prod(ne),
+            op,
+            (of,),
+            view_src=root,
+            view_offs=offs,
+            layout=contiguous(*ne, type="f32"),
+        )
+
+    tensors = [
+        node("x", "NONE", (n_embd, t), input=True),
+        Tensor("pos", 4 * t, input=True, layout=contiguous(t, type="i32")),
+        node("mask", "NONE", (n_ctx, t), input=True),
+        w("attn_norm", n_embd),
+        w("wq", n_embd, n_embd),
+        w("wk", n_embd, kv),
+        w("wv", n_embd, kv),
+        w("wo", n_embd, n_embd),
+        w("ffn_norm", n_embd),
+        w("w_gate", n_embd, n_ff),
+        w("w_up", n_embd, n_ff),
+        w("w_down", n_ff, n_embd),
+        w("k_cache", kv * n_ctx),
+        w("v_cache", kv * n_ctx),
+        node("norm", "RMS_NORM", (n_embd, t), "x"),
+        node("norm_w", "MUL", (n_embd, t), "norm", "attn_norm"),
+        node("q", "MUL_MAT", (n_embd, t), "wq", "norm_w"),
+        node("k", "MUL_MAT", (kv, t), "wk", "norm_w"),
+        node("v", "MUL_MAT", (kv, t), "wv", "norm_w"),
+        vw("q3", "RESHAPE", (hd, n_head, t), "q", "q"),
+        vw("k3", "RESHAPE", (hd, n_head_kv, t), "k", "k"),
+        node("q_rope", "ROPE", (hd, n_head, t), "q3", "pos"),
+        node("k_rope", "ROPE", (hd, n_head_kv, t), "k3", "pos"),
+        vw("k_slot", "VIEW", (kv * t,), "k_cache", "k_cache", 4 * kv * (n_ctx - t)),
+        Tensor(
+            "k_store",
+            4 * kv * t,
+            "CPY",
+            ("k_rope", "k_slot"),
+            view_src="k_cache",
+            view_offs=4 * kv * (n_ctx - t),
+            layout=contiguous(kv * t, type="f32"),
+        ),
+        vw("v_slot", "VIEW", (kv * t,), "v_cache", "v_cache", 4 * kv * (n_ctx - t)),
+        Tensor(
+            "v_store",
+            4 * kv * t,
+            "CPY",
+            ("v", "v_slot"),
+            view_src="v_cache",
+            view_offs=4 * kv * (n_ctx - t),
+            layout=contiguous(kv * t, type="f32"),
+        ),
+        vw("k_all", "VIEW", (hd, n_ctx, n_head_kv), "k_cache", "k_cache"),
+        vw("q_perm", "PERMUTE", (hd, t, n_head), "q_rope", "q_rope"),
+        node("kq", "MUL_MAT", (n_ctx, t, n_head), "k_all", "q_perm"),
+        node("kq_soft", "SOFT_MAX", (n_ctx, t, n_head), "kq", "mask"),
+        vw("v_all", "VIEW", (n_ctx, hd, n_head_kv), "v_cache", "v_cache"),
+        node("kqv", "MUL_MAT", (hd, t, n_head), "v_all", "kq_soft"),
+        vw("kqv_perm", "PERMUTE", (hd, n_head, t), "kqv", "kqv"),
+        node("attn_in", "CONT", (n_embd, t), "kqv_perm"),
+        node("attn", "MUL_MAT", (n_embd, t), "wo", "attn_in"),
+        node("h", "ADD", (n_embd, t), "attn", "x"),
+        node("norm2", "RMS_NORM", (n_embd, t), "h"),
+        node("norm2_w", "MUL", (n_embd, t), "norm2", "ffn_norm"),
+        node("gate", "MUL_MAT", (n_ff, t), "w_gate", "norm2_w"),
+        node("up", "MUL_MAT", (n_ff, t), "w_up", "norm2_w"),
+        node("act", "UNARY", (n_ff, t), "gate"),
+        node("gated", "MUL", (n_ff, t), "act", "up"),
+        node("down", "MUL_MAT", (n_embd, t), "w_down", "gated"),
+        node("out", "ADD", (n_embd, t), "down", "h", output=True),
+    ]
+    outputs = ["k_store", "v_store", "out"]
+    return build_graph(tensors, outputs), outputs
+
+
+def _prod(ne: tuple[int, ...]) -> int:
+    n = 1
+    for d in ne:
+        n *= d
+    return n
