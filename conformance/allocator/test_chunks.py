@@ -1,6 +1,6 @@
 """The chunk allocator (spec/allocator.md ALLOC-004..014): hand-built free lists for each
-choice rule, and random allocate / free / reset sequences checked against a model that keeps
-every chunk as a set of used intervals and derives the free list and the choice from it."""
+choice rule, and a state machine (allocate / free / reset) checked after every step against a
+byte map of each chunk, from which the free list and every choice are derived."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from conformance.assertions import raises_code, unchanged
-from conformance.strategies import allocator as als
 from conformance.strategies import kernels as ks
 from reference_impl.allocator.graph import SIZE_MAX
 
@@ -158,116 +165,139 @@ def test_reset_drops_every_chunk(target: Any) -> None:
     assert ca.alloc(8) == (0, 0) and ca.chunk_max_sizes() == [8]
 
 
-# -- random sequences against the interval model ------------------------------------------------
+# -- a state machine against a byte map ------------------------------------------------------
 
 
 @dataclass
-class _Chunk:
+class ByteChunk:
+    """One chunk as a byte map: ``used[i]`` is 1 while byte ``i`` belongs to a live region.
+    Bytes past the map are free up to ``capacity`` (the 16th chunk is 2^63 bytes)."""
+
     capacity: int
-    used: dict[int, int] = field(default_factory=dict)  # offset -> aligned size
+    used: bytearray = field(default_factory=bytearray)
     high: int = 0
 
+    def mark(self, start: int, size: int, value: int) -> None:
+        if start + size > len(self.used):
+            self.used.extend(b"\0" * (start + size - len(self.used)))
+        for i in range(start, start + size):
+            assert self.used[i] != value, f"byte {i} {'already live' if value else 'already free'}"
+            self.used[i] = value
+
     def free_runs(self) -> list[tuple[int, int]]:
-        runs, at = [], 0
-        for off in sorted(self.used):
-            if off > at:
-                runs.append((at, off - at))
-            at = max(at, off + self.used[off])
-        if at < self.capacity:
-            runs.append((at, self.capacity - at))
+        """Maximal runs of free bytes: what the free list must be."""
+        runs: list[tuple[int, int]] = []
+        start = None
+        for i, b in enumerate(self.used):
+            if not b and start is None:
+                start = i
+            elif b and start is not None:
+                runs.append((start, i - start))
+                start = None
+        tail = start if start is not None else len(self.used)
+        if tail < self.capacity:
+            runs.append((tail, self.capacity - tail))
         return runs
 
 
 @dataclass
-class Model:
-    """The chunk allocator's rules restated over used intervals (the free list is what is not
-    used), so it predicts each address without keeping a free list of its own."""
+class ByteModel:
+    """The chunk allocator's rules restated over byte maps: the free list is whatever is not
+    live, so the model predicts each address without a free list of its own."""
 
     alignment: int
     max_size: int
-    chunks: list[_Chunk] = field(default_factory=list)
+    chunks: list[ByteChunk] = field(default_factory=list)
 
     def alloc(self, size: int) -> tuple[int, int]:
         size = _up(size, self.alignment)
         best: tuple[int, int] | None = None
-        for c, ch in enumerate(self.chunks):
-            runs = ch.free_runs()[:-1]
-            fitting = [r for r in runs if r[1] >= size]
+        for c, ch in enumerate(self.chunks):  # non-last runs: best fit, restarting per chunk
+            fitting = [r for r in ch.free_runs()[:-1] if r[1] >= size]
             if fitting:
                 smallest = min(r[1] for r in fitting)
                 best = (c, max(r[0] for r in fitting if r[1] == smallest))
-        if best is None:
+        if best is None:  # last runs: least slack within the high-water mark, else least growth
             scored = []
             for c, ch in enumerate(self.chunks):
                 runs = ch.free_runs()
                 if runs and runs[-1][1] >= size:
                     scored.append((ch.high - runs[-1][0] - size, c, runs[-1][0]))
-            fits = [s for s in scored if s[0] >= 0]
+            fits = [sc for sc in scored if sc[0] >= 0]
             if fits:
-                _, c, off = min(fits)
-                best = (c, off)
+                best = min(fits)[1:]
             elif scored:
-                r = max(s[0] for s in scored)
-                _, c, off = min(s for s in scored if s[0] == r)
-                best = (c, off)
+                most = max(sc[0] for sc in scored)
+                best = min(sc for sc in scored if sc[0] == most)[1:]
         if best is None:
             cap = HALF if len(self.chunks) == 15 else max(size, min(self.max_size, HALF))
-            self.chunks.append(_Chunk(cap))
+            self.chunks.append(ByteChunk(cap))
             best = (len(self.chunks) - 1, 0)
         ch = self.chunks[best[0]]
-        if size:
-            ch.used[best[1]] = size
+        ch.mark(best[1], size, 1)
         ch.high = max(ch.high, best[1] + size)
         return best
 
     def free(self, addr: tuple[int, int], size: int) -> None:
-        ch = self.chunks[addr[0]]
-        ch.used.pop(addr[1], None)
+        self.chunks[addr[0]].mark(addr[1], _up(size, self.alignment), 0)
+
+
+class ChunkMachine(RuleBasedStateMachine):
+    """Allocate, free a live region, reset; after every step the target's free lists and
+    high-water marks equal the byte map's."""
+
+    regions = Bundle("regions")
+
+    def __init__(self, target: Any, alignment: int, max_size: int) -> None:
+        super().__init__()
+        self.ca = target.allocator_chunks(alignment, max_size)
+        self.alignment, self.max_size = alignment, max_size
+        self.model = ByteModel(alignment, max_size)
+        self.epoch = 0  # regions from before a reset are stale
+
+    @rule(target=regions, size=st.integers(1, 96))
+    def alloc(self, size: int) -> tuple[int, tuple[int, int], int]:
+        want = self.model.alloc(size)
+        got = tuple(self.ca.alloc(size))
+        assert got == want, f"alloc({size}) at {got}, the rules give {want}"
+        return self.epoch, want, size
+
+    @rule(region=consumes(regions))
+    def free(self, region: tuple[int, tuple[int, int], int]) -> None:
+        epoch, addr, size = region
+        if epoch != self.epoch:
+            return
+        self.ca.free(addr, size)
+        self.model.free(addr, size)
+
+    @rule()
+    def reset(self) -> None:
+        self.ca.reset()
+        self.model = ByteModel(self.alignment, self.max_size)
+        self.epoch += 1
+
+    @invariant()
+    def free_lists_match(self) -> None:
+        highs = self.ca.chunk_max_sizes()
+        assert highs == [c.high for c in self.model.chunks], f"high-water marks {highs}"
+        for c, ch in enumerate(self.model.chunks):
+            got = self.ca.free_blocks(c)
+            assert got == ch.free_runs(), (
+                f"chunk {c}: free blocks {got}, the free bytes form {ch.free_runs()}"
+            )
 
 
 @pytest.mark.invariant("ALLOC-006", "ALLOC-007", "ALLOC-008", "ALLOC-009", "ALLOC-010", "ALLOC-011")
-@settings(max_examples=ks.examples(120))
-@example(  # the middle region freed last meets a free block on each side
-    alignment=8, max_size=SIZE_MAX, ops=[als.Alloc(8)] * 4 + [als.Free(0), als.Free(1), als.Free(0)]
+@pytest.mark.parametrize(
+    ("alignment", "max_size"),
+    [(1, 64), (8, 32), (16, 128), (4, SIZE_MAX)],
+    ids=["align-1-max-64", "align-8-max-32", "align-16-max-128", "align-4-unbounded"],
 )
-@given(
-    alignment=st.sampled_from([1, 4, 8, 16, 32]),
-    max_size=st.sampled_from([16, 32, 64, 128, 256, SIZE_MAX]),
-    ops=als.chunk_ops(),
-)
-def test_random_sequences_follow_the_model(
-    target: Any, alignment: int, max_size: int, ops: list[Any]
-) -> None:
-    ca = target.allocator_chunks(alignment, max_size)
-    model = Model(alignment, max_size)
-    live: list[tuple[tuple[int, int], int]] = []
-    for step, op in enumerate(ops):
-        if isinstance(op, als.Alloc):
-            want = model.alloc(op.size)
-            got = tuple(ca.alloc(op.size))
-            assert got == want, f"step {step}: alloc({op.size}) at {got}, the rules give {want}"
-            if _up(op.size, alignment):
-                live.append((want, op.size))
-        elif isinstance(op, als.Free):
-            if not live:
-                continue
-            addr, size = live.pop(op.pick % len(live))
-            ca.free(addr, size)
-            model.free(addr, size)
-        else:
-            ca.reset()
-            model = Model(alignment, max_size)
-            live = []
-        highs = ca.chunk_max_sizes()
-        assert highs == [c.high for c in model.chunks], f"step {step}: high-water marks {highs}"
-        for c, ch in enumerate(model.chunks):
-            got_blocks = ca.free_blocks(c)
-            assert got_blocks == ch.free_runs(), (
-                f"step {step} ({op}): chunk {c} free blocks {got_blocks}, "
-                f"the complement of the live regions is {ch.free_runs()}"
-            )
-        for (c, off), size in live:
-            assert off + _up(size, alignment) <= highs[c], "a live region past the high-water mark"
+def test_state_machine_against_a_byte_map(target: Any, alignment: int, max_size: int) -> None:
+    run_state_machine_as_test(
+        lambda: ChunkMachine(target, alignment, max_size),
+        settings=settings(max_examples=ks.examples(60), stateful_step_count=50),
+    )
 
 
 @pytest.mark.requires("allocator.errors")
