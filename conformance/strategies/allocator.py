@@ -1,5 +1,4 @@
-"""Hypothesis strategies for the allocator area: random graphs over one or two buffer types,
-and chunk-allocator operation lists.
+"""Hypothesis strategies for the allocator area: random graphs over one or two buffer types.
 
 A drawn graph is what ggml's op constructors could produce: element-wise ops (in-place capable:
 ADD, MUL, SCALE, SQR, CLAMP) keep their first source's layout; the others (CPY, MEAN, PAD,
@@ -144,35 +143,3 @@ def graph_cases(draw: st.DrawFn, max_buffers: int = 2, max_nodes: int = 14) -> G
     node_ids = tuple(draw(st.lists(ids, min_size=len(graph.nodes), max_size=len(graph.nodes))))
     leaf_ids = tuple(draw(st.lists(ids, min_size=len(graph.leafs), max_size=len(graph.leafs))))
     return GraphCase(graph, bufts, node_ids, leaf_ids)
-
-
-# -- chunk allocator operations ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Alloc:
-    size: int
-
-
-@dataclass(frozen=True)
-class Free:
-    pick: int  # index into the live allocations (modulo their count)
-
-
-@dataclass(frozen=True)
-class Reset:
-    pass
-
-
-def _op(k: tuple[int, int, int]) -> Alloc | Free | Reset:
-    kind, size, pick = k
-    if kind < 10:
-        return Alloc(size)
-    return Free(pick) if kind < 19 else Reset()
-
-
-def chunk_ops(max_ops: int = 60) -> st.SearchStrategy[list[Alloc | Free | Reset]]:
-    """Allocations (half), frees of a live region (nearly half) and a rare reset: long enough
-    runs that freed regions meet both neighbours."""
-    op = st.tuples(st.integers(0, 19), st.integers(1, 96), st.integers(0, 1000)).map(_op)
-    return st.lists(op, min_size=4, max_size=max_ops)
