@@ -1,17 +1,20 @@
 """The ``llamacpp`` target: llama.cpp (through llama-cpp-python) behind the target protocol.
 
-All of the llama.cpp adapter lives in this package: :mod:`.runtime` (the one module that speaks
-ctypes: model, context, batches passed with NULL fields, memory operations, tokenizer),
-:mod:`.model` (model and tokenizer areas), :mod:`.decoder` (decode contexts) and
-:mod:`.sampling` (llama.cpp's CPU samplers).
+All of the llama.cpp adapter lives in this package: :mod:`.runtime` (ctypes over llama.cpp's C
+API: model, context, batches passed with NULL fields, memory operations, tokenizer),
+:mod:`.model` (model and tokenizer areas), :mod:`.decoder` (decode contexts), :mod:`.sampling`
+(llama.cpp's CPU samplers) and :mod:`.allocator` (ggml's allocator, through ctypes over
+``libggml-base.so``).
 
 It claims what llama.cpp's public API shows: model loading, full-sequence logits and
 tokenization, decode contexts (sizes, logits, memory operations, K-shift, embeddings, non-causal
-attention, abort, an F16 or F32 K/V cache, graph reuse switched off and counted) and the sampler chain with each sampler it exposes. Not claimed, so skipped and
-counted: what llama.cpp does not expose (its sanitizer and splitter, KV cells, compute traces,
-dequantized weights, typed error codes) and what only the adapter would be doing: the candidate
-builder and the checks of the chain-description format, which the adapter borrows from the
-reference (claiming them would report the reference's verdicts as llama.cpp's).
+attention, abort, an F16 or F32 K/V cache, graph reuse switched off and counted), the sampler
+chain with each sampler it exposes, and ggml-alloc.h: the linear allocator, the graph planner and
+the context-tensor helper. Not claimed, so skipped and counted: what llama.cpp does not expose
+(its sanitizer and splitter, KV cells, compute traces, dequantized weights, typed error codes,
+ggml's chunk allocator, which is static in ggml-alloc.c) and what only the adapter would be
+doing: the candidate builder and the checks of the chain-description format, which the adapter
+borrows from the reference (claiming them would report the reference's verdicts as llama.cpp's).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from typing import Any
 
 from conformance.protocol.sampling import SAMPLERS
 from conformance.targets.base import Target
+from conformance.targets.llamacpp.allocator import LlamaCppAllocator
 from conformance.targets.llamacpp.decoder import LlamaCppDecodeContext, runtime_module
 from conformance.targets.llamacpp.model import LlamaCppModels
 from conformance.targets.llamacpp.sampling import LlamaCppSampling
 
 
-class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, Target):
+class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target):
     name = "llamacpp"
     capabilities = frozenset(
         {
@@ -48,6 +52,9 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, Target):
             "sampling.chain",
             "sampling.default_chain",
             *SAMPLERS,
+            "allocator.linear",
+            "allocator.planner",
+            "allocator.ctx_tensors",
         }
     )
 

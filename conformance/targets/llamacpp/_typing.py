@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from conformance.protocol import decoder, model, sampling, tokenizer
+    from conformance.protocol import allocator, decoder, model, sampling, tokenizer
     from conformance.targets.llamacpp import LlamaCppTarget
 
     def _conforms(t: LlamaCppTarget) -> None:
@@ -26,3 +26,6 @@ if TYPE_CHECKING:
         _d11: decoder.GraphReuse = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
+        _a1: allocator.Linear = t
+        _a2: allocator.Planning = t
+        _a3: allocator.CtxTensors = t
