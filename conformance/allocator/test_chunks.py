@@ -294,9 +294,12 @@ class ChunkMachine(RuleBasedStateMachine):
     ids=["align-1-max-64", "align-8-max-32", "align-16-max-128", "align-4-unbounded"],
 )
 def test_state_machine_against_a_byte_map(target: Any, alignment: int, max_size: int) -> None:
+    class Machine(ChunkMachine):
+        def __init__(self) -> None:
+            super().__init__(target, alignment, max_size)
+
     run_state_machine_as_test(
-        lambda: ChunkMachine(target, alignment, max_size),
-        settings=settings(max_examples=ks.examples(60), stateful_step_count=50),
+        Machine, settings=settings(max_examples=ks.examples(60), stateful_step_count=50)
     )
 
 
