@@ -194,3 +194,29 @@ def test_out_of_order_use(target: Any) -> None:
     ):
         with raises_code("ALLOC_STATE", what=f"{name} after release"):
             call()
+
+
+@pytest.mark.invariant("ALLOC-034", "ALLOC-033")
+@pytest.mark.parametrize("change", ["leaf-lost-its-data", "leaf-grew"])
+def test_a_leaf_that_does_not_fit_its_stale_entry(target: Any, change: str) -> None:
+    """Decision D6: only nodes and their sources are checked before a plan is reused, so a leaf
+    with no entry (it had data when the plan was made) or a larger one reaches assignment."""
+    if change == "leaf-lost-its-data":
+        first = build_graph(
+            [f32("w", 2, has_data=True), inp("x", 2), out(f32("n", 2, "ADD", "x", "w"))], ["n"]
+        )
+        # the same graph with its leafs listed the other way round: x meets w's empty entry
+        second = Graph(first.tensors, first.nodes, first.leafs[::-1], first.order)
+    else:
+        first = build_graph([inp("u", 2), inp("x", 2), out(f32("n", 2, "SCALE", "x"))], ["u", "n"])
+        second = build_graph(
+            [inp("u", 16), inp("x", 2), out(f32("n", 2, "SCALE", "x"))], ["u", "n"]
+        )
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(first)
+    with (
+        unchanged(lambda: _state(ga, 1), "the planner"),
+        raises_code("ALLOC_STATE", field="leafs"),
+    ):
+        ga.alloc_graph(second)
+    assert ga.reserve(second) and ga.alloc_graph(second), "reserving the graph first works"

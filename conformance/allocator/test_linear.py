@@ -31,6 +31,13 @@ def test_offsets_are_aligned_addresses(target: Any, base: int, offsets: list[int
 
 
 @pytest.mark.invariant("ALLOC-001")
+def test_an_empty_buffer_has_no_base_to_align(target: Any) -> None:
+    """Decision D7: a zero-byte buffer has no memory, so its allocator starts at offset 0."""
+    assert target.allocator_linear(0, 32, 16).offset == 0
+    assert target.allocator_linear(0, 32, 16).alloc("empty", 0) == 0
+
+
+@pytest.mark.invariant("ALLOC-001")
 @settings(max_examples=ks.examples(40))
 @given(
     align=st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]),

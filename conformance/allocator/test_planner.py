@@ -342,3 +342,25 @@ def test_only_a_single_buffer_planner_replans_itself(target: Any) -> None:
     before = (dict(two.placements), list(two.allocations))
     assert two.alloc_graph(big) is False, "several buffers: the caller must reserve"
     assert (dict(two.placements), list(two.allocations)) == before, "a refused alloc_graph assigned"
+
+
+@pytest.mark.invariant("ALLOC-027")
+def test_a_zero_byte_chunk_makes_no_buffer(target: Any) -> None:
+    g = build_graph([inp("a", 2), out(Tensor("z", 0, "CPY", ("a",), layout=contiguous(0)))], ["z"])
+    ga = target.allocator_planner((BufferType("buf", 8, 8),))
+    assert ga.alloc_graph(g)
+    assert ga.allocations == [(0, 8)], f"{ga.allocations}: a zero-byte chunk asks for no memory"
+
+
+@pytest.mark.invariant("ALLOC-025")
+def test_a_view_met_before_its_root_is_placed_later(target: Any) -> None:
+    """Decision D7: nodes out of topological order; v is met (as n's source) before r, its root,
+    has memory, and is placed at r's address when met again."""
+    a = inp("a", 4)
+    r = f32("r", 4, "CPY", "a")
+    v = view("v", 4, "r", "r", 0)
+    n = out(f32("n", 4, "CPY", "v"))
+    g = Graph({t.name: t for t in (a, r, v, n)}, ("n", "r", "v"), ("a",), ("a", "r", "v", "n"))
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(g)
+    assert ga.placements["v"] == ga.placements["r"], ga.placements

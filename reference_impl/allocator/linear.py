@@ -45,7 +45,8 @@ class LinearAllocator:
     @implements("ALLOC-001")
     def __post_init__(self) -> None:
         check_alignment(self.alignment)
-        self.offset = (-self.base) % self.alignment
+        # a zero-byte buffer has no memory, hence no base address to align to
+        self.offset = (-self.base) % self.alignment if self.size else 0
 
     @implements("ALLOC-001", "ALLOC-002")
     def alloc(self, name: str, size: int) -> int:

@@ -254,7 +254,8 @@ class GraphAllocator:
                     self.buffers[i] = None
                 else:
                     self.buffers[i] = Backing(list(highs))
-                    self.allocations.extend((i, h) for h in highs)
+                    # a zero-byte chunk needs no memory: the buffer type is not asked for it
+                    self.allocations.extend((i, h) for h in highs if h)
         self._sized_only = size_only
         return True
 
@@ -335,6 +336,7 @@ class GraphAllocator:
         hn.allocated = False
 
     # -- assignment ---------------------------------------------------------------------------
+    @implements("ALLOC-034")
     def _assign(self, graph: Graph) -> None:
         if self._sized_only:
             raise AllocError(
@@ -345,9 +347,11 @@ class GraphAllocator:
         placed: dict[str, Placement | None] = {}
 
         def init(t: Tensor, slot: Slot) -> None:
-            if t.name in placed:
-                return
             if t.is_view:
+                # a view whose root has no memory yet stays unplaced and is tried again when
+                # met again (ggml initializes a view once its root has a buffer)
+                if placed.get(t.name) is not None:
+                    return
                 assert t.view_src is not None
                 root = placed.get(t.view_src)
                 placed[t.name] = (
@@ -355,10 +359,19 @@ class GraphAllocator:
                     if root is None
                     else Placement(root.buffer_id, root.chunk, root.offset + t.view_offs)
                 )
+            elif t.name in placed:
+                return  # the first plan entry met wins, as in ggml
             elif t.has_data:
                 placed[t.name] = None
             else:
-                assert slot.addr is not None and slot.buffer_id >= 0
+                if slot.addr is None or slot.buffer_id < 0 or t.size > slot.size_max:
+                    raise AllocError(
+                        "ALLOC_STATE",
+                        f"{t.name} ({t.size} bytes) does not fit its stored plan entry "
+                        f"(buffer {slot.buffer_id}, {slot.size_max} bytes): only nodes and their "
+                        "sources are checked before a plan is reused; reserve this graph first",
+                        field="leafs",
+                    )
                 placed[t.name] = Placement(slot.buffer_id, slot.addr.chunk, slot.addr.offset)
 
         for i, leaf in enumerate(graph.leafs):
