@@ -364,3 +364,54 @@ def test_a_view_met_before_its_root_is_placed_later(target: Any) -> None:
     ga = target.allocator_planner(ONE)
     assert ga.alloc_graph(g)
     assert ga.placements["v"] == ga.placements["r"], ga.placements
+
+
+@pytest.mark.invariant("ALLOC-004")
+def test_sizes_are_rounded_up_when_placed_and_freed(target: Any) -> None:
+    """5 and 3 bytes at alignment 8 take 8 each; a's 5 bytes, freed, leave an 8-byte hole."""
+    a = Tensor("a", 5, input=True, layout=contiguous(5))
+    b = Tensor("b", 3, input=True, layout=contiguous(3))
+    g = build_graph(
+        [
+            a,
+            b,
+            Tensor("c", 8, "CONCAT", ("a", "b"), layout=contiguous(8)),
+            Tensor("d", 8, "CPY", ("c",), layout=contiguous(8)),
+            Tensor("e", 8, "CPY", ("d",), layout=contiguous(8), output=True),
+        ],
+        ["e"],
+    )
+    got = place(target, g)
+    assert (got["a"], got["b"], got["c"]) == ((0, 0), (0, 8), (0, 16)), got
+    assert got["d"] == (0, 0), f"d at {got['d']}: the freed 5+3 bytes are one 16-byte hole"
+    assert got["e"] == (0, 8), "c, freed after d, joins the free tail at 8"
+
+
+@pytest.mark.invariant("ALLOC-005", "ALLOC-008")
+def test_at_most_sixteen_chunks(target: Any) -> None:
+    """Twenty 8-byte inputs, all alive until one concat, at max size 8: chunks 0..14 hold one
+    each and the 16th takes the other five."""
+    t = [inp(f"x{i}", 2) for i in range(20)]
+    acc = "x0"
+    for i in range(1, 20):
+        t.append(f32(f"c{i}", 2 * (i + 1), "CONCAT", acc, f"x{i}", output=True))
+        acc = f"c{i}"
+    g = build_graph(t, [acc])
+    ga = target.allocator_planner((BufferType("buf", 8, 8),))
+    assert ga.alloc_graph(g)
+    sizes = ga.chunk_sizes(0)
+    assert len(sizes) == 16, f"{len(sizes)} chunks: {sizes}"
+    assert [ga.placements[f"x{i}"].chunk for i in range(20)] == list(range(15)) + [15] * 5
+
+
+@pytest.mark.invariant("ALLOC-013")
+def test_each_reserve_starts_from_empty_chunks(target: Any) -> None:
+    """A reserve resets the chunk allocators: after a bigger graph, a smaller one is planned
+    exactly as on a fresh planner."""
+    small, big, longer = _two_graphs()
+    fresh = place(target, longer)
+    ga = target.allocator_planner(ONE)
+    assert ga.reserve(big) and ga.reserve(small) and ga.reserve(longer)
+    assert ga.alloc_graph(longer)
+    got = {n: (None if p is None else (p.chunk, p.offset)) for n, p in ga.placements.items()}
+    assert got == fresh
