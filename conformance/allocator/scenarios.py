@@ -550,3 +550,41 @@ def _prod(ne: tuple[int, ...]) -> int:
     for d in ne:
         n *= d
     return n
+
+
+def llama_stack(n_layers: int, n_tokens: int) -> Graph:
+    """``n_layers`` llama layers (:func:`llama_layer`) in a row: each layer reads the previous
+    one's output; positions and the mask are shared; only the last output is a graph output."""
+    one, _ = llama_layer(n_tokens)
+    shared = {"pos", "mask"}
+    tensors: dict[str, Tensor] = {}
+    outputs: list[str] = []
+    for i in range(n_layers):
+
+        def rename(name: str, i: int = i) -> str:
+            if name in shared:
+                return name
+            if name == "x" and i > 0:
+                return f"L{i - 1}.out"
+            return f"L{i}.{name}"
+
+        for name in one.order:
+            t = one[name]
+            if name in shared and name in tensors or (name == "x" and i > 0):
+                continue
+            renamed = Tensor(
+                rename(name),
+                t.size,
+                t.op,
+                tuple(rename(s) for s in t.src),
+                t.input,
+                t.output and i == n_layers - 1,
+                None if t.view_src is None else rename(t.view_src),
+                t.view_offs,
+                t.has_data,
+                t.layout,
+            )
+            tensors[renamed.name] = renamed
+        outputs += [f"L{i}.k_store", f"L{i}.v_store"]
+    outputs.append(f"L{n_layers - 1}.out")
+    return build_graph(list(tensors.values()), outputs)

@@ -387,24 +387,29 @@ class GraphAllocator:
     # -- helpers ------------------------------------------------------------------------------
     @implements("ALLOC-033")
     def _atomic(self, fn: Callable[[], _R]) -> _R:
-        """Run ``fn``; on an AllocError put every piece of state back as it was (ALLOC-033)."""
+        """Run ``fn``; on an AllocError put every piece of state back as it was (ALLOC-033).
+
+        Planning replaces the plan, the hash records, the placements and the backing buffers
+        wholesale and only appends to the allocation log, so keeping references to them is
+        enough; the chunk allocators are edited in place, so their chunks are copied."""
         self._live()
-        saved = copy.deepcopy(
-            (self.allocs, self.buffers, self.allocations, self.placements, self._plan, self._hash)
+        chunks = [copy.deepcopy(a.chunks) for a in self.allocs]
+        saved = (
+            list(self.buffers),
+            len(self.allocations),
+            self.placements,
+            self._plan,
+            self._hash,
+            self._sized_only,
         )
-        sized_only = self._sized_only
         try:
             return fn()
         except AllocError:
-            (
-                self.allocs,
-                self.buffers,
-                self.allocations,
-                self.placements,
-                self._plan,
-                self._hash,
-            ) = saved
-            self._sized_only = sized_only
+            for a, kept in zip(self.allocs, chunks, strict=True):
+                a.chunks = kept
+            buffers, n_made, self.placements, self._plan, self._hash, self._sized_only = saved
+            self.buffers = buffers
+            del self.allocations[n_made:]
             raise
 
     @implements("ALLOC-034")
