@@ -171,15 +171,17 @@ def reach(
     results: Iterable[InvariantResult], needs: Mapping[str, list[str]] | None = None
 ) -> dict[str, Any]:
     """How much of the spec the run gave a verdict on: ``verdicts`` (passed or failed) of
-    ``active`` invariants; ``white_box_only`` active invariants no public decode API can show
-    (tagged in spec/), and of the others, ``reachable_unreached`` ones still skipped or
-    untested — what a black-box test (or one more claimed capability) would add;
+    ``active`` invariants; ``white_box_only`` active invariants without a verdict that no public
+    decode API can show (tagged in spec/; an engine that exposes another API may still reach
+    some, as llama.cpp reaches the allocator's through ggml-alloc.h), and of the others,
+    ``reachable_unreached`` ones still skipped or untested — what a black-box test (or one more
+    claimed capability) would add. The three counts add up to ``active``.
     ``one_capability_away``: per capability the target does not claim, how many of those it
     alone would unlock (the invariant has a test needing just it)."""
     needs = needs or {}
     active = [r for r in results if r.invariant.active]
     verdicts = [r for r in active if r.outcome in ("passed", "failed")]
-    white = [r for r in active if r.invariant.white_box]
+    white = [r for r in active if r.invariant.white_box and r.outcome not in ("passed", "failed")]
     unreached = [
         r for r in active if r.outcome in ("skipped", "untested") and not r.invariant.white_box
     ]

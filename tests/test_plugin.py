@@ -477,6 +477,9 @@ def test_report_states_reach_and_white_box_only_invariants(tmp_path: Path) -> No
         SPEC.replace(
             "| DEMO-004 | A rule without a test. | nowhere | active |",
             "| DEMO-004 | A rule without a test. | nowhere | active; white-box: cells not public |",
+        ).replace(  # a white-box rule with a verdict counts as a verdict, not as white-box only
+            "| DEMO-001 | One plus one is two. | arithmetic | active |",
+            "| DEMO-001 | One plus one is two. | arithmetic | active; white-box: an internal sum |",
         )
         + "| DEMO-005 | Five. | nowhere | active |\n"
     )
