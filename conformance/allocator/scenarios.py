@@ -570,7 +570,7 @@ def llama_stack(n_layers: int, n_tokens: int) -> Graph:
 
         for name in one.order:
             t = one[name]
-            if name in shared and name in tensors or (name == "x" and i > 0):
+            if (name in shared and name in tensors) or (name == "x" and i > 0):
                 continue
             renamed = Tensor(
                 rename(name),
