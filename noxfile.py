@@ -65,7 +65,8 @@ def conformance(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Everything CI needs: conformance (strict traceability) including the differential tests
-    against llama.cpp, unit tests, meta-tests, snapshots, the bench harness's own tests.
+    against llama.cpp, unit tests, meta-tests, snapshots, the bench harness's own tests, and
+    the CI sample of mechanical mutants (``nox -s mutation`` runs the large one).
 
     Installs the llamacpp extra (llama.cpp is the real peer of the differential tests): pip
     builds llama-cpp-python from source the first time (about 10 minutes on 2 cores) and
@@ -86,6 +87,22 @@ def tests(session: nox.Session) -> None:
     # worksteal: the meta-tests' child runs differ in length by 100x; idle workers take work.
     steal = ["--dist", "worksteal"] if workers else []
     _pytest(session, "tests", *workers, *steal, *session.posargs)
+    # a bounded, fixed sample of mechanical mutants; a survivor not triaged fails CI
+    session.run(
+        "python", "-m", "tools.mutation", "run", "--sample", "ci", "--out", REPORTS, env=_env()
+    )
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mechanical mutation of reference_impl/ and kernels/: a seeded sample spread over the areas
+    (400 by default; ``-- --sample full`` for every site), each mutant run against its area's
+    conformance tests; reports/mutation.json and a table in reports/conformance.md. A survivor
+    not triaged in tools/mutation/triage.txt fails the session."""
+    _install(session)
+    session.run(
+        "python", "-m", "tools.mutation", "run", "--out", REPORTS, *session.posargs, env=_env()
+    )
 
 
 @nox.session

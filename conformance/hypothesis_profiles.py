@@ -60,7 +60,7 @@ def selected_profile() -> str:
 
 def load(target_spec: str = "") -> str:
     name = selected_profile()
-    if target_spec.startswith("mutant:"):
-        name = "mutant"
+    if target_spec.startswith("mutant:") or os.environ.get("DC_MUTATION_RUN"):
+        name = "mutant"  # a hand-written or a mechanical mutant (python -m tools.mutation)
     settings.load_profile(name)
     return name

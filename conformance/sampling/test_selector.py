@@ -61,6 +61,10 @@ def test_categorical_examples(target: Any) -> None:
     assert picks == [7, 7, 8, 8, 9, 9]
     assert target.select_token(ids, [float("-inf"), 0.0, 0.0], "categorical", 0.0) == 7
     assert target.select_token(ids, [float("-inf"), 0.0, 0.0], "categorical", 1e-12) == 8
+    # weights are relative to the maximum: huge logits must not overflow (e, 1, 1/e scaled)
+    big = [1000.0, 999.0, 998.0]  # weights 0.665, 0.245, 0.090
+    assert [target.select_token(ids, big, "categorical", u) for u in (0.5, 0.7, 0.95)] == [7, 8, 9]
+    assert target.select_token(ids[:2], [-1000.0, -1001.0], "categorical", 0.8) == 8
 
 
 @pytest.mark.invariant("SMP-072")

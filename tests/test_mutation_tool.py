@@ -1,0 +1,107 @@
+"""tools.mutation: sites, planting a mutant, the seeded per-area sample, triage and the verdict."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tools.mutation import run as runner
+from tools.mutation.sites import ROOT, Site, all_sites, area_of, mutate, sites_of
+
+CHUNKS = ROOT / "reference_impl/allocator/chunks.py"
+
+
+def test_every_source_file_has_an_area_and_sites() -> None:
+    sites = all_sites()
+    assert {s.area for s in sites} >= {"allocator", "batch", "decoder", "kv", "sampling"}
+    assert area_of("kernels/quant_triton.py") == "kv_quant"
+    assert area_of("reference_impl/kv/cache.py") == "kv"
+    assert area_of("kernels/gpu_report.py") is None, "tooling is not mutated"
+    assert len({s.id for s in sites}) == len(sites), "mutant ids are unique"
+
+
+def test_ids_survive_an_unrelated_edit(tmp_path: Path) -> None:
+    """Ids name the function and the text, not the line: moving code keeps them."""
+    text = CHUNKS.read_text(encoding="utf-8")
+    moved = tmp_path / "reference_impl" / "allocator" / "chunks.py"
+    moved.parent.mkdir(parents=True)
+    moved.write_text("\n\n# a comment\n" + text, encoding="utf-8")
+    import tools.mutation.sites as sites_mod
+
+    old_root = sites_mod.ROOT
+    sites_mod.ROOT = tmp_path
+    try:
+        shifted = sites_of(moved)
+    finally:
+        sites_mod.ROOT = old_root
+    original = sites_of(CHUNKS)
+    assert [s.id for s in shifted] == [s.id for s in original]
+    assert all(a.line == b.line + 3 for a, b in zip(shifted, original, strict=True))
+
+
+def test_mutate_plants_exactly_the_site() -> None:
+    site = next(s for s in sites_of(CHUNKS) if s.function == "best_last" and s.kind == "return")
+    tree = mutate(CHUNKS, site.index)
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "best_last")
+    ret = fn.body[-1]
+    assert isinstance(ret, ast.Return) and ret.value is None
+    untouched = ast.parse(CHUNKS.read_text(encoding="utf-8"))
+    assert ast.unparse(tree).count("\n") == ast.unparse(untouched).count("\n")
+    with pytest.raises(IndexError):
+        mutate(CHUNKS, 10**6)
+
+
+def test_no_mutants_in_docstrings_annotations_asserts_or_triton_jit() -> None:
+    for s in all_sites():
+        assert s.kind != "delete" or s.function != "<module>"
+        assert not s.before.startswith(("assert ", '"""'))
+    jit = [s for s in all_sites() if s.path.endswith("gqa_triton.py") and "_kernel" in s.function]
+    assert not jit, f"sites inside triton.jit functions: {jit[:3]}"
+
+
+def _site(ident: str, area: str) -> Site:
+    return Site(ident, area, "x.py", "x", 1, "f", "cmp", "a < b", "a <= b", 0)
+
+
+def test_sample_is_spread_and_stable() -> None:
+    sites = [_site(f"{a}::{i}", a) for a in ("p", "q", "r") for i in range(50)]
+    chosen = runner.sample(sites, 12, seed=7)
+    assert [sum(s.area == a for s in chosen) for a in "pqr"] == [4, 4, 4]
+    more = [*sites, *(_site(f"p::new{i}", "p") for i in range(5))]
+    again = runner.sample(more, 12, seed=7)
+    kept = {s.id for s in chosen} & {s.id for s in again}
+    assert len(kept) >= 10, "adding sites must not reshuffle the rest of the sample"
+    assert runner.sample(sites, 12, seed=8) != chosen
+    assert len(runner.sample(sites, 0, seed=7)) == len(sites), "0 means every site"
+
+
+def test_triage_and_score(tmp_path: Path) -> None:
+    path = tmp_path / "triage.txt"
+    path.write_text("# note\na  equivalent: same output\nb  gap: needs a test\n", encoding="utf-8")
+    triage = runner.read_triage(path)
+    results = [
+        runner.Result(_site("a", "p"), "survived", 1.0),
+        runner.Result(_site("b", "p"), "survived", 1.0),
+        runner.Result(_site("c", "p"), "survived", 1.0),
+        runner.Result(_site("d", "p"), "killed", 1.0),
+        runner.Result(_site("e", "p"), "timeout", 1.0),
+    ]
+    summary = runner.summarize(results, triage)
+    row = summary["areas"]["p"]  # type: ignore[index]
+    assert (row["equivalent"], row["survived"], row["killed"], row["timeout"]) == (1, 2, 1, 1)
+    assert row["score"] == 0.5, "caught 2 of 4 behaviour-changing"
+    assert summary["new_survivors"] == ["c"]
+    path.write_text("a  maybe: ?\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"equivalent\|gap"):
+        runner.read_triage(path)
+
+
+def test_a_planted_defect_is_killed() -> None:
+    """A real child run on the allocator area: best_last returning None breaks the chunk
+    allocator's choice of last blocks."""
+    sites = sites_of(CHUNKS)
+    killed = next(s for s in sites if s.function == "best_last" and s.kind == "return")
+    r = runner.run_one(killed, timeout=300)
+    assert r.outcome == "killed", r

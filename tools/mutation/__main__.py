@@ -1,0 +1,52 @@
+"""``python -m tools.mutation``: mechanical mutation of the reference (see tools/mutation/run.py).
+
+list                    sites per area and kind
+run [--sample N|ci|full] [--seed S] [--jobs J] [--timeout T] [--area A ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tools.mutation import run as runner
+from tools.mutation.sites import all_sites
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.mutation")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="mutation sites per area and kind")
+    r = sub.add_parser("run", help="run a sample of mutants")
+    r.add_argument(
+        "--sample",
+        default=os.environ.get("DC_MUTATION_SAMPLE", "default"),
+        help="mutants in all (spread evenly over areas), 'ci', 'default' (400) or 'full'",
+    )
+    r.add_argument("--seed", type=int, default=int(os.environ.get("DC_MUTATION_SEED", "2026")))
+    r.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    r.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant")
+    r.add_argument("--area", action="append", help="only these areas")
+    r.add_argument("--out", type=Path, default=Path("reports"))
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        sites = all_sites()
+        per = Counter(s.area for s in sites)
+        kinds = Counter(s.kind for s in sites)
+        for area, n in sorted(per.items()):
+            print(f"{area:12s} {n}")
+        print(
+            f"{'TOTAL':12s} {len(sites)}  ({', '.join(f'{k} {v}' for k, v in kinds.most_common())})"
+        )
+        return 0
+    n = {"full": 0}.get(args.sample, runner.SAMPLES.get(args.sample, 0))
+    if args.sample not in ("full", *runner.SAMPLES):
+        n = int(args.sample)
+    return runner.run(n, args.seed, max(1, args.jobs), args.timeout, args.out, args.area)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
