@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -100,7 +101,14 @@ def run_one(site: Site, timeout: float) -> Result:
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            cmd,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            preexec_fn=_limit_memory,
         )
     except subprocess.TimeoutExpired:
         return Result(site, "timeout", time.monotonic() - start, f"over {timeout:.0f} s")
@@ -115,7 +123,16 @@ def run_one(site: Site, timeout: float) -> Result:
     if proc.returncode in (2, 3, 4):  # collection or import errors: the suite did not run
         err = next((ln for ln in tail if "Error" in ln), last)
         return Result(site, "killed", took, f"collection: {err[:180]}")
+    if proc.returncode < 0:  # the run crashed (a runaway mutant hit the memory limit, ...)
+        return Result(site, "killed", took, f"crashed: signal {-proc.returncode}")
     return Result(site, "error", took, f"exit {proc.returncode}: {last[:180]}")
+
+
+def _limit_memory() -> None:
+    """Children get an address-space limit: a mutant that loops allocating must die alone."""
+    gib = float(os.environ.get("DC_MUTATION_MEMORY_GIB", "6"))
+    limit = int(gib * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def summarize(results: Sequence[Result], triage: dict[str, tuple[str, str]]) -> dict[str, object]:
