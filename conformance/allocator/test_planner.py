@@ -303,6 +303,10 @@ def test_when_a_new_plan_is_needed(target: Any) -> None:
     assert not _stale(target, big, small), "smaller tensors fit the stored plan"
     assert _stale(target, big, longer), "one more node"
     assert _stale(target, small, big), "x grew past the size stored for it"
+    x_small = build_graph([inp("x", 4), out(f32("y", 4, "MEAN", "x"))], ["y"])
+    x_big = build_graph([inp("x", 16), out(f32("y", 4, "MEAN", "x"))], ["y"])
+    assert _stale(target, x_small, x_big), "a node source grew though the node did not"
+    assert not _stale(target, x_big, x_small), "a smaller source fits the stored plan"
     heavy = build_graph(
         [inp("x", 4), f32("w", 64, has_data=True), out(f32("y", 4, "ADD", "x", "w"))], ["y"]
     )

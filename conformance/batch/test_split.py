@@ -235,6 +235,21 @@ def test_more_sets_than_ubatch(target: Any) -> None:
     assert list(ub.idxs) == [0, 1, 2]
 
 
+@pytest.mark.invariant("SPL-009", "SPL-010")
+@pytest.mark.parametrize("sequential", [False, True])
+def test_more_sets_than_ubatch_many_sequences(target: Any, sequential: bool) -> None:
+    # twenty single-token sequences in order (a batch with many sequence sets): the scan
+    # still stops at U + 1 sets, sequential or not
+    n = 20
+    b = Batch.from_lists(list(range(1, n + 1)), pos=[0] * n, seq_ids=[[s] for s in range(n)])
+    _, sp = _splitter(target, b, n_seq_max=n)
+    for n_ubatch in (2, 5):
+        sp.split_reset()
+        ub = sp.split_equal(n_ubatch, sequential)
+        assert (ub.n_tokens, ub.n_seqs, ub.n_seq_tokens) == (n_ubatch + 1, n_ubatch + 1, 1)
+        assert [int(i) for i in ub.idxs] == list(range(n_ubatch + 1))
+
+
 @pytest.mark.invariant("SPL-011")
 def test_sequential_refuses_coupled(target: Any) -> None:
     b = Batch.from_lists([1, 2], pos=[0, 1], seq_ids=[[0, 1], [0, 1]])
@@ -455,6 +470,7 @@ def test_split_argument_errors(target: Any) -> None:
         (lambda: sp.split_seq(-1), "SPL_N_UBATCH"),
         (lambda: sp.split_equal(0, False), "SPL_N_UBATCH"),
         (lambda: sp.split_equal(2, False, 2), "SPL_KEEP_TAIL"),
+        (lambda: sp.split_equal(1, True, 1), "SPL_KEEP_TAIL"),  # the smallest tail: T == U
         (lambda: sp.split_equal(4, True, 7), "SPL_KEEP_TAIL"),
         (lambda: sp.split_equal(4, True, -1), "SPL_KEEP_TAIL"),
         (lambda: target.batch_ubatch_reserve(0, 2), "SPL_RESERVE"),

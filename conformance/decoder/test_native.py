@@ -184,3 +184,27 @@ def test_without_the_library_auto_falls_back_to_torch(
         assert ctx.decode(b) == 0 and ref.decode(b) == 0
         assert set(_paths(ctx)) == {"torch"}
         assert np.array_equal(ctx.get_logits(), ref.get_logits())
+
+
+@pytest.mark.requires("decoder.native", "decoder.logits")
+@pytest.mark.invariant("DEC-062")
+def test_auto_builds_the_step_in_a_cold_cache(fresh_native: None) -> None:
+    """An empty build cache whose library directory already exists (a concurrent or an
+    interrupted build leaves it so): "auto" compiles the step there and runs it."""
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+    from reference_impl.native import build
+
+    cc = build._compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    (build.cache_dir() / build._key(cc, ())).mkdir(parents=True)
+    model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
+    ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
+    assert ctx.native_reason == "native"
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(5), list(range(5))), ([7], [5])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert_nmse(ref.get_logits(), ctx.get_logits(), 1e-9, f"logits after {toks}")
+    assert _paths(ctx) == ["native"]

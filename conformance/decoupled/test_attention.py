@@ -55,3 +55,14 @@ def test_zero_null_is_a_logit_zero_sink(target: Any) -> None:
     want = np.einsum("bhn,bhnd->bhd", e, o.v) / (1.0 + e.sum(axis=-1))[..., None]
     for path in [*fused_paths(target), "streaming"]:
         _tolerance.assert_within(decode_path(target, inp, path, 32, null=null), want, path)
+
+
+@pytest.mark.invariant("DBA-002")
+@pytest.mark.parametrize("batch", [2, 3])
+def test_a_per_head_null_token_is_one_more_key(target: Any, batch: int) -> None:
+    """Learned [H, hd] null parameters (broadcast over the batch): head h attends null[h]."""
+    case = _cases.DecoupledCase(batch=batch, length=30, resid=4, null="broadcast", seed=19)
+    inp = _cases.build_decoupled(case, target)
+    assert inp.null is not None and inp.null.k_sem.ndim == 2
+    for path in [*fused_paths(target), "streaming"]:
+        _tolerance.assert_within(decode_path(target, inp, path, 32), inp.expected, path)

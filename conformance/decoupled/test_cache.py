@@ -92,3 +92,17 @@ def test_a_failed_append_changes_nothing(target: Any) -> None:
         with unchanged(lambda: _snapshot(cache), f"{what}: the cache"), pytest.raises(EngineError):
             cache.append(*args)
         assert cache.length == 10, what
+
+
+@pytest.mark.invariant("DBA-004")
+def test_a_one_token_cache_holds_one_token(target: Any) -> None:
+    """max_len 1: the residual is min(R, 1), one token fits and a second is refused."""
+    cache = target.decoupled_cache(POLICY.format(r=8), 2, HEADS, 2, 1)
+    assert cache.max_len == 1 and cache.residual_len == 1
+    xs = _tokens(2, 1, seed=6)
+    cache.append(*xs)
+    assert (cache.length, cache.prefix_len, cache.tail_len) == (1, 0, 1)
+    assert torch.equal(cache.v.ring[:, 0].cpu(), xs[2][:, 0].half())
+    with unchanged(lambda: _snapshot(cache), "full: the cache"), pytest.raises(EngineError):
+        cache.append(*_tokens(2, 1, seed=7))
+    assert cache.length == 1

@@ -50,6 +50,19 @@ def test_invalid_requests_are_refused_before_any_decode(
         run(gen, **kwargs)
 
 
+@pytest.mark.invariant("GEN-001")
+def test_token_range_bounds(make_gen: Callable[..., Generator]) -> None:
+    """The range is ``[0, n_vocab)``: both ends are accepted, one below 0 is refused."""
+    gen = make_gen(n_seq_max=1)
+    res = run(gen, prompts=[[0, 5, N_VOCAB - 1]], max_tokens=1)
+    assert [t for t, _ in steps(res, "prefill")[0].fed[0]] == [0, 5, N_VOCAB - 1]
+    with (
+        unchanged(lambda: memory_view(gen.ctx), "memory"),
+        raises_code("GEN_TOKEN_RANGE", exc=GeneratorError, seq_id=0, index=1),
+    ):
+        run(gen, prompts=[[5, -1]])
+
+
 @pytest.mark.invariant("GEN-020")
 def test_more_prompts_than_n_ubatch_is_refused(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=4, n_ubatch=2)
@@ -180,6 +193,15 @@ def test_trace_schema_order_and_json_round_trip(make_gen: Callable[..., Generato
     assert back == res.trace
     no_str = run(gen, prompts=[prompt(3)], max_tokens=2)
     assert no_str.trace[0].phase == "prefill"
+
+
+@pytest.mark.invariant("GEN-012", "GEN-013")
+def test_trace_step_numbers(make_gen: Callable[..., Generator]) -> None:
+    """``step`` is 0 for prefill and ``t = 1, 2, ...`` for the decode steps (§ Trace)."""
+    gen = make_gen(n_seq_max=2)
+    res = run(gen, prompts=[prompt(3), prompt(4, start=9)], max_tokens=[4, 2], use_eos=False)
+    assert [s.step for s in steps(res, "prefill")] == [0]
+    assert [s.step for s in steps(res)] == [1, 2, 3]
 
 
 @pytest.mark.invariant("GEN-014")

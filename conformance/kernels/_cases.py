@@ -179,12 +179,13 @@ def oracle_inputs(cache: Any, null: NullKV | None) -> _oracle.DecoupledInputs:
         parts.append(_oracle.heads(np.concatenate([pre, tail], axis=1), n_head))
     nulls = None
     if null is not None:
-        nx = null.expanded(cache.batch)
-        nulls = (
-            nx.k_sem.double().cpu().numpy(),
-            nx.k_geo.double().cpu().numpy(),
-            nx.v.double().cpu().numpy(),
-        )
+        # Broadcast [H, hd] parameters here rather than with the target's own helper
+        # (NullKV.expanded), so that a defect in it cannot reach the expected values.
+        def bhd(x: torch.Tensor) -> np.ndarray:
+            a = x.double().cpu().numpy()
+            return np.broadcast_to(a, (cache.batch, *a.shape)) if a.ndim == 2 else a
+
+        nulls = (bhd(null.k_sem), bhd(null.k_geo), bhd(null.v))
     return _oracle.DecoupledInputs(parts[0], parts[1], parts[2], nulls)
 
 

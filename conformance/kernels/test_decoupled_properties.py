@@ -15,10 +15,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.assertions import raises_code
 from conformance.kernels import _cases, _oracle, _tolerance
 from conformance.kernels._cases import REQUEST, decode_path, fused_paths
 from conformance.strategies import kernels as ks
 from kernels.decoupled_cache import NullKV
+from reference_impl.errors import EngineError
 
 pytestmark = pytest.mark.requires("decoupled.cache", "kernels.decoupled_decode")
 
@@ -142,3 +144,17 @@ def test_fp16_queries(target: Any, null: str) -> None:
         assert record.path == path
         assert out.dtype == torch.float16
         _tolerance.assert_within(out, want, path)
+
+
+@pytest.mark.invariant("KRN-006")
+def test_decoupled_partition_sizes_are_checked(target: Any) -> None:
+    """A partition size that is not a positive multiple of block_n (32) is refused on every
+    path; leaving it out takes the default, which is valid."""
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=20, resid=4), target)
+    for path in [*fused_paths(target), "streaming"]:
+        for ps in (40, 0, 16):
+            with raises_code("KRN_BAD_PARTITION", exc=EngineError, what=f"{path} ps={ps}"):
+                target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, None, REQUEST[path], ps)
+        out, record = target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, None, REQUEST[path])
+        assert record.path == path, record.reason
+        _tolerance.assert_within(out, inp.expected, f"{path} default partition size")

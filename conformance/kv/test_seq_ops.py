@@ -7,14 +7,16 @@ from typing import Any
 import pytest
 
 from conformance.kv.helpers import (
+    cache_state,
     cells,
     expect_code,
+    place,
     place_run,
     place_tokens,
     stream,
     unchanged_cache,
 )
-from conformance.strategies.kv import state_tuple
+from conformance.strategies.kv import state_tuple, ubatch_from_lists
 
 E = (-1, ())  # an empty cell
 
@@ -254,6 +256,17 @@ def test_clear_resets_cells_heads_and_flags_but_keeps_scheduled_copies(target: A
     for s in c.state().streams:
         assert set(s.pos) == {-1} and s.head == 0 and s.used == 0 and s.has_shift is False
     assert tuple(c.state().pending_copies) == ((0, 1),)
+
+
+@pytest.mark.invariant("KV-021")
+@pytest.mark.requires("kv.cache")
+def test_clear_leaves_cells_as_in_a_new_cache(target: Any) -> None:
+    """Emptied M-RoPE cells keep no 2-D extension: the state equals a new cache's."""
+    c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4)
+    place(c, ubatch_from_lists([[5, 5], [1, 2], [3, 4], [0, 0]], [[0], [0]]))
+    assert [tuple(e) for e in stream(c).ext[:2]] == [(3, 1), (4, 2)]
+    c.clear()
+    assert cache_state(c) == cache_state(target.new_kv_cache(kv_size=4, n_pos_per_embd=4))
 
 
 @pytest.mark.invariant("KV-003")

@@ -113,6 +113,7 @@ def test_storage_bad_arguments(target: Any) -> None:
     expect_code(c, "KV_LAYER_RANGE", c.kv_view, 1, 0, 2)
     expect_code(c, "KV_STREAM_RANGE", c.kv_view, 0, 1, 2)
     expect_code(c, "KV_N_KV_RANGE", c.kv_view, 0, 0, 5)
+    expect_code(c, "KV_N_KV_RANGE", c.kv_view, 0, 0, 0)
     expect_code(
         c, "KV_SLOT_MISMATCH", c.write_kv, 0, slot, torch.zeros(3, 1, 2), torch.zeros(3, 1, 2)
     )

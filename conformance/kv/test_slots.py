@@ -27,6 +27,18 @@ def test_find_slot_ring_order_from_head(target: Any) -> None:
     assert c.find_slot(run_of(1, 1, 9)) is None  # more than kv_size
 
 
+@pytest.mark.invariant("KV-005")
+@pytest.mark.requires("kv.cache")
+def test_find_slot_in_a_one_cell_cache(target: Any) -> None:
+    """The smallest cache: one token fits, two (n > kv_size) do not."""
+    c = target.new_kv_cache(kv_size=1)
+    slot = c.find_slot(run_of(0, 0, 1))
+    assert slot is not None and list(slot.idxs[0]) == [0]
+    assert c.find_slot(run_of(0, 0, 2)) is None
+    place_run(c, 0, 0, 1)
+    assert cells(c) == [(0, (0,))]
+
+
 @pytest.mark.invariant("KV-005", "KV-018")
 @pytest.mark.requires("kv.cache")
 def test_head_heuristic(target: Any) -> None:

@@ -221,6 +221,24 @@ def test_recurrent_one_state_per_sequence(target: Any) -> None:
     assert rec.init_full().get_status() == SUCCESS
 
 
+@pytest.mark.invariant("MEM-012")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_ubatch_cells_follow_ubatch_order(target: Any) -> None:
+    """A state cell found out of order is moved so that the ubatch's cells are consecutive in
+    ubatch order, and the search for an empty cell wraps around past the last cell."""
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[1]], 2, 8)  # seq 1 takes cell 0
+    decode(target, rec, [[0], [1]], 2, 8)  # seq 0 found at cell 1, then moved before seq 1
+    assert [c[3] for c in rec.state().cells] == [(0,), (1,)]
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(0, 0), (1, 1)]
+    decode(target, rec, [[1]], 2, 8)  # head -> cell 1
+    rec.seq_cp(1, 0)  # cell 0 empties, seq 0 shares cell 1
+    assert [c[3] for c in rec.state().cells] == [(), (0, 1)]
+    decode(target, rec, [[0]], 2, 8)  # seq 0 needs its own cell: the search wraps to cell 0
+    assert [c[3] for c in rec.state().cells] == [(0,), (1,)]
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(3, 3), (2, 2)]
+
+
 @pytest.mark.invariant("MEM-013")
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_rm_rules(target: Any) -> None:
@@ -254,6 +272,17 @@ def test_hybrid_asks_the_recurrent_part_first(target: Any) -> None:
     mem.seq_rm(0, -1, -1)
     assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (-1, -1)
     assert mem.seq_rm(3, -1, -1) is False
+
+
+@pytest.mark.invariant("MEM-014")
+@pytest.mark.requires(*NEEDS)
+def test_hybrid_positions_after_seq_div(target: Any) -> None:
+    """seq_div over the whole sequence (p1 < 0: no upper bound) moves both parts: attention
+    positions 0..4 become 0, 0, 1, 1, 2 and the recurrent state moves from 4 to 2."""
+    mem = target.new_memory("hybrid", kv_size=16, n_seq_max=1)
+    decode(target, mem, [[0]] * 5, 1, 8)
+    mem.seq_div(0, -1, -1, 2)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (2, 2)  # max(0, 2), min(2, 2)
 
 
 @pytest.mark.invariant("MEM-015")

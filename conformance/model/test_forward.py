@@ -111,6 +111,15 @@ def test_token_outside_vocab_refused(bad: int, target: Any, load: Callable[[str]
 
 
 @pytest.mark.invariant("GGUF-026")
+def test_vocab_boundary_tokens_accepted(target: Any, load: Callable[[str], Any]) -> None:
+    # ids 0 (<unk>) and n_vocab - 1 are inside [0, n_vocab): the forward runs on them
+    handle = load("mha")
+    last = target.model_info(handle)["n_vocab"] - 1
+    out = _logits(target, handle, [0, 1, 290, last, 0])
+    assert out.shape[0] == 5
+
+
+@pytest.mark.invariant("GGUF-026")
 @pytest.mark.requires("model.errors")
 def test_token_outside_vocab_error_code(target: Any, load: Callable[[str], Any]) -> None:
     with raises_code("MODEL_TOKEN_RANGE", index=2):

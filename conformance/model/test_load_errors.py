@@ -61,6 +61,21 @@ def _garbage_header(data: bytes) -> bytes:
     return data[:8] + (2**40).to_bytes(8, "little") + (2**40).to_bytes(8, "little") + data[24:]
 
 
+def _retype_array_items(
+    key: str, old: gguf.GGUFValueType, new: gguf.GGUFValueType
+) -> Callable[[bytes], bytes]:
+    """Change the item type of the array-valued key ``key`` in place (same item size, so the
+    file stays well formed): ``<key bytes> ARRAY <item type>``."""
+
+    def edit(data: bytes) -> bytes:
+        head = key.encode() + int(gguf.GGUFValueType.ARRAY).to_bytes(4, "little")
+        needle = head + int(old).to_bytes(4, "little")
+        assert data.count(needle) == 1, f"{key} is not an array of {old.name} in the fixture"
+        return data.replace(needle, head + int(new).to_bytes(4, "little"))
+
+    return edit
+
+
 def _q4_1_tensor() -> tuple[np.ndarray, Any]:
     values = np.full((CFG.n_head * CFG.head_dim, CFG.n_embd), 0.01, dtype=np.float32)
     qtype = gguf.GGMLQuantizationType.Q4_1
@@ -125,6 +140,18 @@ CASES = [
         "GGUF_KEY_TYPE",
         "llama.attention.layer_norm_rms_epsilon",
         _variant(override_keys={"llama.attention.layer_norm_rms_epsilon": "1e-5"}),
+    ),
+    Case(
+        "token-types-as-float-array",
+        "GGUF-010",
+        "GGUF_KEY_TYPE",
+        "tokenizer.ggml.token_type",
+        _bytes_variant(
+            _retype_array_items(
+                "tokenizer.ggml.token_type", gguf.GGUFValueType.INT32, gguf.GGUFValueType.FLOAT32
+            )
+        ),
+        refused_by_llamacpp=False,  # llama.cpp reads the array data without checking its type
     ),
     Case(
         "heads-not-multiple-of-kv-heads",

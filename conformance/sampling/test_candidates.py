@@ -83,6 +83,13 @@ def _bad_arrays() -> list[tuple[str, TokenDataArray, str, str, int | None]]:
             2,
         ),
         (
+            "id-range-low",
+            TokenDataArray(np.array([0, -(2**31) - 1, 1, 3], np.int64), lg, p),
+            "SMP_TOKEN_ID",
+            "ids",
+            1,
+        ),
+        (
             "nan",
             TokenDataArray(ids, np.array([0.0, np.nan, 1.0, 2.0], F32), p),
             "SMP_NAN_LOGIT",

@@ -47,6 +47,8 @@ BAD_SPECS: list[tuple[str, Any, str, str, int | None]] = [
         0,
     ),
     ("bias-nan", [["logit_bias", {"biases": [[1, NAN]]}]], "SMP_PARAM", "spec[0].biases[0]", 0),
+    ("biases-int", [["logit_bias", {"biases": 5}]], "SMP_PARAM", "spec[0].biases", 0),
+    ("biases-str", [["logit_bias", {"biases": "ab"}]], "SMP_PARAM", "spec[0].biases", 0),
     ("dry-enabled", [["dry", {"multiplier": 0.8}]], "SMP_UNSUPPORTED", "spec[0]", 0),
     ("xtc-enabled", [["xtc", {"p": 0.5, "t": 0.1}]], "SMP_UNSUPPORTED", "spec[0]", 0),
 ]
