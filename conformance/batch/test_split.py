@@ -236,13 +236,18 @@ def test_more_sets_than_ubatch(target: Any) -> None:
 
 
 @pytest.mark.invariant("SPL-009", "SPL-010")
-@pytest.mark.parametrize("sequential", [False, True])
-def test_more_sets_than_ubatch_many_sequences(target: Any, sequential: bool) -> None:
-    # twenty single-token sequences in order (a batch with many sequence sets): the scan
-    # still stops at U + 1 sets, sequential or not
+@pytest.mark.parametrize(
+    ("sequential", "per_set"),
+    [(False, 1), (True, 1), (False, 2)],
+    ids=["any", "sequential", "pairs"],
+)
+def test_more_sets_than_ubatch_many_sequences(target: Any, sequential: bool, per_set: int) -> None:
+    # twenty one-token sequence sets in order (a batch with many sequence sets; with pairs each
+    # token belongs to two sequences): the scan still stops at U + 1 sets
     n = 20
-    b = Batch.from_lists(list(range(1, n + 1)), pos=[0] * n, seq_ids=[[s] for s in range(n)])
-    _, sp = _splitter(target, b, n_seq_max=n)
+    sets = [[per_set * k + j for j in range(per_set)] for k in range(n)]
+    b = Batch.from_lists(list(range(1, n + 1)), pos=[0] * n, seq_ids=sets)
+    _, sp = _splitter(target, b, n_seq_max=n * per_set)
     for n_ubatch in (2, 5):
         sp.split_reset()
         ub = sp.split_equal(n_ubatch, sequential)
