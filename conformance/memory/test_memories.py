@@ -299,3 +299,33 @@ def test_iswa_window_cache_size(target: Any, swa_full: bool, pos_min: int) -> No
     mem.seq_rm(0, 100, -1)
     mem.seq_add(0, -1, -1, 1)
     assert mem.seq_pos_max(0) == 100
+
+
+@pytest.mark.invariant("MEM-016")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize(
+    ("kind", "config", "n_seq_max", "seq_ids"),
+    [
+        ("kv", {"kv_size": 16}, 1, [[0]] * 16),
+        ("iswa", {"kv_size": 16, "n_swa": 4, "swa_type": 1, "n_ubatch": 8}, 1, [[0]] * 16),
+        ("recurrent", {}, 2, [[0], [1]]),
+        ("hybrid", {"kv_size": 16}, 1, [[0]] * 16),
+    ],
+    ids=["kv", "iswa", "recurrent", "hybrid"],
+)
+def test_clear_empties_every_part(
+    target: Any, kind: str, config: dict[str, Any], n_seq_max: int, seq_ids: list[list[int]]
+) -> None:
+    """A batch that fills the memory, clear(), then the same batch again: it must fit."""
+    mem = target.new_memory(kind, n_seq_max=n_seq_max, **config)
+    decode(target, mem, seq_ids, n_seq_max, 8)
+    full = mem.init_batch(splitter(target, mem, seq_ids, n_seq_max=n_seq_max), 8, False)
+    if kind != "recurrent":  # a recurrent memory keeps one state per sequence, never full
+        assert full.get_status() == FAILED_PREPARE, f"{kind}: the memory should be full"
+    mem.clear()
+    seqs = sorted({s for ids in seq_ids for s in ids})
+    assert [(mem.seq_pos_min(s), mem.seq_pos_max(s)) for s in seqs] == [(-1, -1)] * len(seqs)
+    decode(target, mem, seq_ids, n_seq_max, 8)
+    assert [mem.seq_pos_max(s) for s in seqs] == [
+        sum(1 for ids in seq_ids if s in ids) - 1 for s in seqs
+    ]

@@ -136,6 +136,16 @@ def _hybrid_attention_first(target: Any) -> Any:
     return target
 
 
+def _iswa_clear_keeps_base(target: Any) -> Any:
+    from reference_impl.memory.kv import ISWAMemory
+
+    def clear(self: Any, data: bool = True) -> None:
+        self.swa.clear(data)  # the defect: the full-attention cache keeps its cells
+
+    ISWAMemory.clear = clear  # type: ignore[method-assign]
+    return target
+
+
 def _abort_code_minus_three(target: Any) -> Any:
     import reference_impl.memory.status as mod
 
@@ -231,5 +241,12 @@ MUTANTS = [
         "a hybrid memory removes from the attention cache even when the recurrent part refuses",
         ("MEM-014",),
         _hybrid_attention_first,
+    ),
+    Mutant(
+        "mem-iswa-clear-keeps-base",
+        "memory",
+        "clear() on an iSWA memory empties the sliding-window cache only",
+        ("MEM-016",),
+        _iswa_clear_keeps_base,
     ),
 ]

@@ -74,6 +74,7 @@ class HybridMemory:
     def get_can_shift(self) -> bool:
         return self.mem_attn.get_can_shift()
 
+    @implements("MEM-016")
     def clear(self, data: bool = True) -> None:
         self.mem_attn.clear(data)
         self.mem_recr.clear(data)

@@ -187,6 +187,7 @@ class ISWAMemory:
             and self.base.get_size() == self.swa.get_size()
         )
 
+    @implements("MEM-016")
     def clear(self, data: bool = True) -> None:
         self.base.clear(data)
         self.swa.clear(data)

@@ -89,6 +89,7 @@ class RecurrentMemory:
 
     # ------------------------------------------------------------------ sequence ops
 
+    @implements("MEM-016")
     def clear(self, data: bool = True) -> None:
         for c in self.cells:
             c.pos, c.src, c.tail = -1, -1, -1
