@@ -316,6 +316,20 @@ def test_memory_outcomes_become_decode_return_codes(
             assert failing.decode(batch(prompt(3))) == code, status.name
 
 
+@pytest.mark.invariant("MEM-016")
+@pytest.mark.requires("decoder.memory_ops")
+def test_a_cleared_memory_takes_a_full_batch_again(new_ctx: Callable[..., Any]) -> None:
+    """What decode shows of MEM-016: a full context refuses one more token (no slot: 1); after
+    memory_clear every sequence is empty and the same tokens fit again."""
+    ctx = new_ctx(n_ctx=256, n_batch=64, n_ubatch=16)
+    _fill(ctx, 256, 64)
+    assert ctx.decode(batch(prompt(1))) == 1, "the context should be full"
+    ctx.memory_clear(True)
+    assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (-1, -1)
+    _fill(ctx, 256, 64)
+    assert ctx.seq_pos_max(0) == 255
+
+
 @pytest.mark.invariant("MEM-011", "DEC-028")
 @pytest.mark.requires("decoder.abort", "decoder.memory_ops")
 def test_an_aborted_ubatch_rolls_back_every_sequence_it_lists(
