@@ -18,6 +18,11 @@ from reference_impl.allocator.planner import BufferType
 _END = 1 << 30
 
 
+def chunk_offsets(placements: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:
+    """``name -> (chunk, offset)`` (None: not placed) of a planner's placements."""
+    return {n: None if p is None else (p.chunk, p.offset) for n, p in placements.items()}
+
+
 def placed_by_planner(graph: Graph) -> list[str]:
     return [n for n in graph.order if not graph[n].is_view and not graph[n].has_data]
 

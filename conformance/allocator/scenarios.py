@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph, contiguous
+from reference_impl.allocator.graph import (
+    SIZE_MAX,
+    Graph,
+    Layout,
+    Tensor,
+    build_graph,
+    contiguous,
+)
 from reference_impl.allocator.planner import BufferType
 
 
@@ -169,7 +176,7 @@ def view_inplace() -> Scenario:
             "x0",
             0,
             "PERMUTE",
-            contiguous(2, 2, type="f32").__class__("f32", (2, 2, 1, 1), (8, 4, 16, 16)),
+            Layout("f32", (2, 2, 1, 1), (8, 4, 16, 16)),
         ),
         view("x3", 2, "x2", "x0", 4),
         inp("x4", 2),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from conformance.allocator.checks import plan_violations
+from conformance.allocator.checks import chunk_offsets, plan_violations
 from conformance.allocator.scenarios import f32, inp, out, view
 from conformance.strategies import allocator as als
 from conformance.strategies import kernels as ks
@@ -23,7 +23,7 @@ ONE = (BufferType("buf", 8, SIZE_MAX),)
 def place(target: Any, graph: Graph, bufts: tuple[BufferType, ...] = ONE) -> dict[str, Any]:
     ga = target.allocator_planner(bufts)
     assert ga.alloc_graph(graph)
-    return {n: (None if p is None else (p.chunk, p.offset)) for n, p in ga.placements.items()}
+    return chunk_offsets(ga.placements)
 
 
 def allocate(target: Any, case: als.GraphCase) -> Any:
@@ -417,5 +417,5 @@ def test_each_reserve_starts_from_empty_chunks(target: Any) -> None:
     ga = target.allocator_planner(ONE)
     assert ga.reserve(big) and ga.reserve(small) and ga.reserve(longer)
     assert ga.alloc_graph(longer)
-    got = {n: (None if p is None else (p.chunk, p.offset)) for n, p in ga.placements.items()}
+    got = chunk_offsets(ga.placements)
     assert got == fresh

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conformance.allocator import scenarios as sc
-from conformance.allocator.checks import plan_violations
+from conformance.allocator.checks import chunk_offsets, plan_violations
 
 pytestmark = pytest.mark.requires("allocator.planner")
 
@@ -25,11 +25,7 @@ def plan(target: Any, s: sc.Scenario, planner: Any = None) -> Any:
 
 
 def check(ga: Any, s: sc.Scenario) -> None:
-    got = {
-        name: (None if p is None else (p.chunk, p.offset))
-        for name, p in ga.placements.items()
-        if name in s.placements
-    }
+    got = chunk_offsets(ga.placements)
     wrong = {n: f"{got.get(n)} (ggml: {e})" for n, e in s.placements.items() if got.get(n) != e}
     assert not wrong, f"{s.id}: placements differ from ggml's: {wrong}"
     for name, p in ga.placements.items():

@@ -7,6 +7,7 @@ so most mutants replace one of them; the others patch one method of a class for 
 
 from __future__ import annotations
 
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from conformance.mutants import Mutant, replace
@@ -149,8 +150,6 @@ def _views_not_counted(target: Any) -> Any:
 
 def _as_plain_view(t: Any) -> Any:
     """The same view with op NONE, which the planner does not count."""
-    from dataclasses import replace as dc_replace
-
     return dc_replace(t, op="NONE")
 
 
@@ -202,8 +201,6 @@ def _reuse_any_layout(target: Any) -> Any:
     original = planner.reusable_parent
 
     def reusable_parent(graph: Any, node: Any, hashes: dict[str, Any]) -> str | None:
-        from dataclasses import replace as dc_replace
-
         # the defect: layouts are not compared (every source looks like the node)
         tensors = {
             **graph.tensors,

@@ -364,7 +364,7 @@ class GraphAllocator:
             elif t.has_data:
                 placed[t.name] = None
             else:
-                if slot.addr is None or slot.buffer_id < 0 or t.size > slot.size_max:
+                if slot.addr is None or not self._slot_fits(t, slot):
                     raise AllocError(
                         "ALLOC_STATE",
                         f"{t.name} ({t.size} bytes) does not fit its stored plan entry "
