@@ -182,6 +182,8 @@ def load_implementations(
         except Exception as exc:
             raise fail(pkg_name, exc) from exc
         for info in pkgutil.walk_packages(pkg.__path__, pkg_name + ".", onerror=on_error):
+            if info.name.endswith(".__main__"):  # a command-line entry point runs on import
+                continue
             try:
                 importlib.import_module(info.name)
             except Exception as exc:

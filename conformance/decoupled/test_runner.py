@@ -1,0 +1,101 @@
+"""The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.requires("decoupled.runner")
+
+SCORE = ["score", "--seed", "1", "--tokens", "3,9,27,17,51,25"]
+
+
+def _summary(target: Any, tmp_path: Path, *argv: str) -> dict[str, str]:
+    path = tmp_path / "summary.json"
+    rc, out, err = target.decoupled_runner([*argv, "--summary-json", str(path)])
+    assert rc == 0, f"exit {rc}: {err}"
+    assert "Run summary" in out
+    rows: dict[str, str] = json.loads(path.read_text())
+    for key, value in rows.items():  # the printed table says the same
+        assert any(line.split(" : ")[0].strip() == key and line.endswith(f": {value}")
+                   for line in out.splitlines()), f"row {key!r} not printed as {value!r}"  # fmt: skip
+    return rows
+
+
+@pytest.mark.invariant("DBA-013")
+def test_kv_policy_replaces_the_derived_policy_as_a_whole(target: Any, tmp_path: Path) -> None:
+    derived = _summary(target, tmp_path, *SCORE, "--kv-quant", "fp16", "--kv-resid", "5")
+    assert derived["KV Policy"] == "ksem=fp16@32,kgeo=fp16@32,v=fp16@32,resid=5"
+    # the override names no resid of 5 and no fp16 key: nothing of the derived policy survives
+    given = " KSem=q8_0@16 , kgeo=q8_0, v=fp16,resid=0"
+    rows = _summary(
+        target, tmp_path, *SCORE, "--kv-quant", "fp16", "--kv-resid", "5", "--kv-policy", given
+    )
+    assert rows["KV Policy"] == "ksem=q8_0@16,kgeo=q8_0@32,v=fp16@32,resid=0"
+    fused = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=2"
+    a = _summary(target, tmp_path, *SCORE, "--kv-quant", "fp32", "--kv-policy", fused)
+    b = _summary(target, tmp_path, *SCORE, "--kv-quant", "fused", "--kv-resid", "2")
+    assert a == b, "the same policy, given or derived, must give the same run"
+
+
+@pytest.mark.invariant("DBA-013")
+@pytest.mark.parametrize(
+    ("policy", "key"),
+    [
+        ("ksem=q4_0,kgeo=q8_0,v=q4_0,resdi=0", "resdi"),
+        ("ksem=q3_k,kgeo=q8_0,v=q4_0,resid=0", "ksem"),
+        ("ksem=q4_0,kgeo=q8_0@48,v=q4_0,resid=0", "kgeo"),
+        ("ksem=q4_0,kgeo=q8_0,v=q4_0", "resid"),
+    ],
+)
+def test_a_refused_kv_policy_names_the_key_and_changes_nothing(
+    target: Any, tmp_path: Path, policy: str, key: str
+) -> None:
+    path = tmp_path / "summary.json"
+    rc, out, err = target.decoupled_runner(
+        [*SCORE, "--kv-quant", "fp16", "--kv-policy", policy, "--summary-json", str(path)]
+    )
+    assert rc == 2, f"exit {rc}"
+    assert out == "", "nothing may run after a refused policy"
+    assert not path.exists(), "nothing may be written after a refused policy"
+    assert "--kv-policy" in err and f"field={key}" in err, err
+
+
+@pytest.mark.invariant("DBA-014")
+@pytest.mark.parametrize("flag", ["--kv-cache-k-sem", "--kv-cache-v", "--kv-cache-residual-len"])
+def test_legacy_kv_flags_get_a_kv_policy_hint(target: Any, flag: str) -> None:
+    rc, out, err = target.decoupled_runner([*SCORE, flag, "q4_0"])
+    assert rc == 2 and out == ""
+    assert flag in err and "unrecognized arguments" in err
+    assert "Use --kv-policy" in err, err
+    rc, out, err = target.decoupled_runner([*SCORE, f"{flag}=q4_0"])
+    assert rc == 2 and "Use --kv-policy" in err, err
+    # other unknown flags get argparse's message without the hint
+    rc, _, err = target.decoupled_runner([*SCORE, "--frobnicate"])
+    assert rc == 2 and "--frobnicate" in err and "--kv-policy" not in err, err
+    rc, out, _ = target.decoupled_runner(["score", "--help"])
+    assert rc == 0 and "--kv-policy" in out
+
+
+@pytest.mark.invariant("DBA-015")
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        (["--null-attn", "no"], "Inactive"),
+        (["--null-attn", "yes", "--kv-quant", "fused"], "Active (Fused-capable)"),
+        # a capability, not the path a step took
+        (["--kv-quant", "fused", "--decode-path", "streaming"], "Active (Fused-capable)"),
+        (["--kv-quant", "fp16"], "Active (Unfused-only)"),
+        (["--kv-policy", "ksem=q4_0@16,kgeo=q8_0,v=q4_0,resid=0"], "Active (Unfused-only)"),
+        (["--kv-quant", "fused", "--kv-resid", "64"], "Active (Fused-capable)"),
+    ],
+)
+def test_summary_reports_null_attention_capability(
+    target: Any, tmp_path: Path, argv: list[str], status: str
+) -> None:
+    rows = _summary(target, tmp_path, "generate", "--prompt", "4,8", "--max-new", "1", *argv)
+    assert rows["Null Attention"] == status, rows
+    assert "KV Policy" in rows

@@ -1,0 +1,400 @@
+"""Mutants of the decoupled area: the decoupled attention call and cache (DBA-001..DBA-004) and
+the decoupled model (reference_impl/decoupled, DBA-005..DBA-016), each with one deliberate
+defect in a rule of spec/decoupled.md.
+
+Each patch replaces a module-level function or a method of the kernels' Python wrapper, the
+cache, or the model, runner and checkpoint code; a mutant runs in its own pytest process, so the
+change does not leak.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from conformance.mutants import Mutant, replace
+
+MODEL = "reference_impl.decoupled.model"
+RUNNER = "reference_impl.decoupled.runner"
+CKPT = "reference_impl.decoupled.checkpoint"
+
+
+def _patch(module: str, attr: str, make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A mutant applying ``module.attr = make(original)``."""
+
+    def apply(target: Any) -> Any:
+        import importlib
+
+        original = getattr(importlib.import_module(module), attr)
+        replace(module, attr, make(original))
+        return target
+
+    return apply
+
+
+def _patch_method(cls_name: str, method: str, make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A mutant replacing ``reference_impl.decoupled.model.<cls_name>.<method>``."""
+
+    def apply(target: Any) -> Any:
+        from reference_impl.decoupled import model
+
+        cls = getattr(model, cls_name)
+        setattr(cls, method, make(getattr(cls, method)))
+        return target
+
+    return apply
+
+
+# -- DBA-001..DBA-004: the attention call and the cache ----------------------------------------
+
+
+def _default_scales_swapped(orig: Any) -> Any:
+    def decoupled_decode(q_sem: Any, q_geo: Any, cache: Any, **kwargs: Any) -> Any:
+        d = cache.dims  # the defect: each part's default scale from the other part's head dim
+        if kwargs.get("sem_scale") is None:
+            kwargs["sem_scale"] = 1.0 / d.geo_head_dim**0.5
+        if kwargs.get("geo_scale") is None:
+            kwargs["geo_scale"] = 1.0 / d.sem_head_dim**0.5
+        return orig(q_sem, q_geo, cache, **kwargs)
+
+    return decoupled_decode
+
+
+def _null_without_geo(orig: Any) -> Any:
+    def decoupled_decode(q_sem: Any, q_geo: Any, cache: Any, **kwargs: Any) -> Any:
+        from kernels.decoupled_cache import NullKV
+
+        null = kwargs.get("null")
+        if null is not None:  # the defect: the null logit loses its geometric part
+            kwargs["null"] = NullKV(null.k_sem, torch.zeros_like(null.k_geo), null.v)
+        return orig(q_sem, q_geo, cache, **kwargs)
+
+    return decoupled_decode
+
+
+def _head_major_codes(target: Any) -> Any:
+    from kernels import decoupled_cache
+
+    cls = decoupled_cache.CacheTensor
+    orig = cls.prepare
+
+    def prepare(self: Any, x: Any) -> Any:
+        if x.shape[-1] % 2 == 0:  # the defect: features stored channel-major, not h·hd + c
+            b, t, dim = x.shape
+            x = x.reshape(b, t, 2, dim // 2).transpose(-1, -2).reshape(b, t, dim)
+        return orig(self, x)
+
+    cls.prepare = prepare  # type: ignore[method-assign]
+    return target
+
+
+def _append_not_atomic(target: Any) -> Any:
+    from kernels import decoupled_cache
+
+    cls = decoupled_cache.DecoupledKVCache
+    orig = cls.append
+
+    def append(self: Any, k_sem: Any, k_geo: Any, v: Any) -> None:
+        tensors = (self.k_sem, self.k_geo, self.v)
+        n = k_sem.shape[1]
+        # the defect: each tensor written as soon as it is quantized, before the next is checked
+        for t, x in zip(tensors, (k_sem, k_geo, v)):
+            ok = x.ndim == 3 and x.shape[1:] == (n, t.dim) and x.shape[0] == self.batch
+            if ok and self.length + n <= self.max_len:
+                t.write(self.length, x, t.prepare(x))
+        orig(self, k_sem, k_geo, v)
+
+    cls.append = append  # type: ignore[method-assign]
+    return target
+
+
+# -- DBA-005 / DBA-006 -------------------------------------------------------------------------
+
+
+def _gate_not_2g(_orig: Any) -> Any:
+    def scale_queries(q_sem: Any, q_geo: Any, temp: Any, g: Any) -> tuple[Any, Any]:
+        t = temp.view(1, -1, 1, 1)
+        gh = g.transpose(1, 2).unsqueeze(-1)
+        return q_sem * t * gh, q_geo * t * (1.0 - gh)  # the defect: g and 1-g, not 2g, 2(1-g)
+
+    return scale_queries
+
+
+def _temperature_on_gate(_orig: Any) -> Any:
+    def scale_queries(q_sem: Any, q_geo: Any, temp: Any, g: Any) -> tuple[Any, Any]:
+        # the defect: the temperature scales the gate's logit instead of the queries
+        logit = torch.log(g) - torch.log1p(-g)
+        gh = torch.sigmoid(logit * temp.view(1, 1, -1)).transpose(1, 2).unsqueeze(-1)
+        return q_sem * (2.0 * gh), q_geo * (2.0 * (1.0 - gh))
+
+    return scale_queries
+
+
+def _unclamped(_orig: Any) -> Any:
+    return lambda logit_scale: torch.exp(logit_scale)  # the defect: no clamp to [-8, 8]
+
+
+# -- DBA-007 -----------------------------------------------------------------------------------
+
+
+def _rope_on_sem(orig: Any) -> Any:
+    def project(self: Any, x: Any, positions: Any) -> Any:
+        from reference_impl.decoupled import model
+
+        p = orig(self, x, positions)
+        base = self.cfg.rope_base  # the defect: the semantic path rotated too
+        p.q_sem = model.rope(p.q_sem, positions, base)
+        p.k_sem = model.rope(p.k_sem, positions, base)
+        return p
+
+    return project
+
+
+def _rotated_null(orig: Any) -> Any:
+    def null_kv(self: Any) -> Any:
+        from kernels.decoupled_cache import NullKV
+        from reference_impl.decoupled import model
+
+        null = orig(self)
+        if null is None:
+            return None
+        # the defect: the null key rotated like a token at position 1
+        k_geo = model.rope(null.k_geo.unsqueeze(1), torch.tensor([1]), self.cfg.rope_base)
+        return NullKV(null.k_sem, k_geo.squeeze(1), null.v)
+
+    return null_kv
+
+
+# -- DBA-008 / DBA-009 -------------------------------------------------------------------------
+
+
+def _summarizer_without_alpha(orig: Any) -> Any:
+    def forward(self: Any, blocks: Any, kind: str) -> Any:
+        if kind == "linear":  # the defect: the residual is not scaled by alpha (0 at init)
+            mean = blocks.mean(dim=3)
+            return mean + self.linear(mean)
+        return orig(self, blocks, kind)
+
+    return forward
+
+
+def _upper_left(_orig: Any) -> Any:
+    def chunk_mask(n_queries: int, n_keys: int, aligned: str = "bottom-right") -> Any:
+        i = torch.arange(n_queries)[:, None]
+        return torch.arange(n_keys)[None, :] <= i  # the defect: upper-left aligned
+
+    return chunk_mask
+
+
+# -- DBA-010 -----------------------------------------------------------------------------------
+
+
+def _out_twice(orig: Any) -> Any:
+    def project_out(self: Any, attn: Any) -> Any:
+        out = orig(self, attn)
+        return self.out(out) if self.cfg.null_attn else out  # the defect: twice with null
+
+    return project_out
+
+
+# -- DBA-011 / DBA-016 -------------------------------------------------------------------------
+
+
+def _decode_rope_shifted(orig: Any) -> Any:
+    def rope(x: Any, positions: Any, base: float) -> Any:
+        shift = 1 if positions.numel() == 1 else 0  # the defect: decode rotates at pos + 1
+        return orig(x, positions + shift, base)
+
+    return rope
+
+
+def _ignores_path(orig: Any) -> Any:
+    def decoupled_decode(*args: Any, **kwargs: Any) -> Any:
+        kwargs["path"] = "streaming"  # the defect: the requested kernel never runs
+        return orig(*args, **kwargs)
+
+    return decoupled_decode
+
+
+# -- DBA-012 -----------------------------------------------------------------------------------
+
+
+def _no_shape_check(orig: Any) -> Any:
+    def check_weights(model: Any, weights: Any) -> None:
+        want = model.state_dict()
+        for name in want:
+            if name not in weights:
+                from reference_impl.errors import ModelLoadError
+
+                raise ModelLoadError("DBA_MISSING_TENSOR", name, field=name)
+        # the defect: unexpected, mis-shaped and mis-typed tensors are not checked
+
+    return check_weights
+
+
+# -- DBA-013..015 ------------------------------------------------------------------------------
+
+
+def _merged_resid(orig: Any) -> Any:
+    def resolve_policy(args: argparse.Namespace) -> Any:
+        from dataclasses import replace as dc_replace
+
+        policy = orig(args)
+        if args.kv_policy is not None and args.kv_resid:  # the defect: a derived field survives
+            policy = dc_replace(policy, residual_len=args.kv_resid)
+        return policy
+
+    return resolve_policy
+
+
+def _no_hint(_orig: Any) -> Any:
+    return lambda unknown: f"unrecognized arguments: {' '.join(unknown)}"
+
+
+def _status_ignores_policy(_orig: Any) -> Any:
+    def null_attention_status(model: Any, policy: Any) -> str:
+        null = model.layers[0].attn.null_kv()  # the defect: eligibility never consulted
+        return "Inactive" if null is None else "Active (Fused-capable)"
+
+    return null_attention_status
+
+
+def _patch_summarizer(target: Any) -> Any:
+    from reference_impl.decoupled import longseq
+
+    cls = longseq._Summarizer
+    cls.forward = _summarizer_without_alpha(cls.forward)  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS = [
+    Mutant(
+        "dba-default-scales-swapped",
+        "decoupled",
+        "the default sem/geo scales use the other part's head dim",
+        ("DBA-001",),
+        _patch("kernels.decoupled", "decoupled_decode", _default_scales_swapped),
+    ),
+    Mutant(
+        "dba-null-without-geo",
+        "decoupled",
+        "the null token's logit has no geometric part",
+        ("DBA-002",),
+        _patch("kernels.decoupled", "decoupled_decode", _null_without_geo),
+    ),
+    Mutant(
+        "dba-cache-channel-major",
+        "decoupled",
+        "quantized cache rows hold the features channel-major instead of h·hd + c",
+        ("DBA-003",),
+        _head_major_codes,
+    ),
+    Mutant(
+        "dba-append-not-atomic",
+        "decoupled",
+        "append writes each tensor as soon as it is quantized, so a failed append leaves a trace",
+        ("DBA-004",),
+        _append_not_atomic,
+    ),
+    Mutant(
+        "dba-gate-not-2g",
+        "decoupled",
+        "the gate scales q_sem by g and q_geo by 1-g instead of 2g and 2(1-g)",
+        ("DBA-005",),
+        _patch(MODEL, "scale_queries", _gate_not_2g),
+    ),
+    Mutant(
+        "dba-temperature-on-gate",
+        "decoupled",
+        "the learned temperature scales the gate's logit instead of the queries",
+        ("DBA-006",),
+        _patch(MODEL, "scale_queries", _temperature_on_gate),
+    ),
+    Mutant(
+        "dba-temperature-unclamped",
+        "decoupled",
+        "the learned temperature is exp(logit_scale) without the clamp to [-8, 8]",
+        ("DBA-006",),
+        _patch(MODEL, "temperature", _unclamped),
+    ),
+    Mutant(
+        "dba-rope-on-sem",
+        "decoupled",
+        "RoPE is applied to the semantic queries and keys too",
+        ("DBA-007",),
+        _patch_method("DecoupledAttention", "project", _rope_on_sem),
+    ),
+    Mutant(
+        "dba-rope-on-null-key",
+        "decoupled",
+        "the null token's k_geo is rotated (as a token at position 1)",
+        ("DBA-007",),
+        _patch_method("DecoupledAttention", "null_kv", _rotated_null),
+    ),
+    Mutant(
+        "dba-summarizer-not-mean-at-init",
+        "decoupled",
+        "the linear memory summarizer adds its residual unscaled, so it is not the mean at init",
+        ("DBA-008",),
+        _patch_summarizer,
+    ),
+    Mutant(
+        "dba-longseq-upper-left-mask",
+        "decoupled",
+        "the long-sequence chunks use an upper-left aligned causal mask",
+        ("DBA-009",),
+        _patch("reference_impl.decoupled.longseq", "chunk_mask", _upper_left),
+    ),
+    Mutant(
+        "dba-out-proj-twice",
+        "decoupled",
+        "with null attention the output projection is applied twice",
+        ("DBA-010",),
+        _patch_method("DecoupledAttention", "project_out", _out_twice),
+    ),
+    Mutant(
+        "dba-decode-rope-off-by-one",
+        "decoupled",
+        "decode rotates the new token at position length + 1, unlike the forward",
+        ("DBA-016",),
+        _patch(MODEL, "rope", _decode_rope_shifted),
+    ),
+    Mutant(
+        "dba-decode-ignores-path",
+        "decoupled",
+        "a decode step runs the streaming reference whatever path is requested",
+        ("DBA-011",),
+        _patch(MODEL, "decoupled_decode", _ignores_path),
+    ),
+    Mutant(
+        "dba-checkpoint-unchecked-shapes",
+        "decoupled",
+        "loading weights checks only that no tensor is missing",
+        ("DBA-012",),
+        _patch(CKPT, "check_weights", _no_shape_check),
+    ),
+    Mutant(
+        "dba-kv-policy-merged",
+        "decoupled",
+        "--kv-policy keeps the derived --kv-resid instead of replacing the policy as a whole",
+        ("DBA-013",),
+        _patch(RUNNER, "resolve_policy", _merged_resid),
+    ),
+    Mutant(
+        "dba-legacy-flag-no-hint",
+        "decoupled",
+        "a legacy --kv-cache-* flag is refused without the --kv-policy hint",
+        ("DBA-014",),
+        _patch(RUNNER, "legacy_hint", _no_hint),
+    ),
+    Mutant(
+        "dba-null-status-ignores-eligibility",
+        "decoupled",
+        "the summary reports null attention fused-capable without the kernels' eligibility rule",
+        ("DBA-015",),
+        _patch(RUNNER, "null_attention_status", _status_ignores_policy),
+    ),
+]
