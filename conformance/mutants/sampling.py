@@ -201,6 +201,101 @@ def _unbounded_window_mutant(target: Any) -> Any:
     return target
 
 
+def _dry_off_by_one(original: Callable[..., dict[int, int]]) -> Callable[..., dict[int, int]]:
+    def extension_lengths(window: Any, cap: int, allowed_length: int) -> dict[int, int]:
+        longest = original(window, cap, allowed_length)
+        return {t: n + 1 for t, n in longest.items()}  # the defect: one token too long
+
+    return extension_lengths
+
+
+def _dry_breakers_ignored(_: Any) -> Callable[..., int]:
+    def repeat_cap(window: Any, table: Any) -> int:
+        return len(window)  # the defect: sequence breakers never cap a repeat
+
+    return repeat_cap
+
+
+def _xtc_keeps_first(_: Any) -> Callable[..., TokenDataArray]:
+    def xtc(cur: TokenDataArray, threshold: float, min_keep: int) -> TokenDataArray:
+        from reference_impl.sampling import numerics
+
+        cur = numerics.softmax(cur, do_sort=True)
+        above = int(np.count_nonzero(np.cumprod(cur.p >= F32(threshold))))
+        if above > 1 and cur.size - (above - 1) >= min_keep:
+            # the defect: the most likely top choice stays instead of the least likely
+            keep = np.concatenate([[0], np.arange(above, cur.size)]).astype(np.int64)
+            return cur.take(keep, sorted=True)
+        return cur
+
+    return xtc
+
+
+def _mirostat_frozen_mu(_: Any) -> Callable[..., np.float32]:
+    def surprise_update(mu: Any, p: Any, tau: Any, eta: Any) -> np.float32:
+        return F32(mu)  # the defect: mu never learns
+
+    return surprise_update
+
+
+def _mirostat_v1_m_rows(original: Callable[..., int]) -> Callable[..., int]:
+    def mirostat_k(cur: TokenDataArray, n_vocab: int, mu: Any, m: int) -> int:
+        return original(cur, n_vocab, mu, m + 1)  # the defect: fits one ratio too many
+
+    return mirostat_k
+
+
+def _adaptive_wrong_decay(_: Any) -> Callable[..., Any]:
+    from reference_impl.sampling import feedback
+
+    def adaptive_update(state: Any, original_p: Any, decay: Any) -> Any:
+        d = F32(1.0) - F32(decay)  # the defect: the complement of the decay weights history
+        return feedback.AdaptiveState(
+            F32(F32(original_p) + F32(d * state.weighted_sum)),
+            F32(F32(1.0) + F32(d * state.total_weight)),
+        )
+
+    return adaptive_update
+
+
+def _feedback_accepts_everything(target: Any) -> Any:
+    from reference_impl.sampling import feedback
+
+    def accept(self: samplers.AdaptiveP, token: int) -> None:
+        if self._pending is not None:  # the defect: any accepted token updates the average
+            original = self._original[self._pending[1]]
+            self.state = feedback.adaptive_update(self.state, original, self.decay)
+        self._pending = None
+
+    samplers.AdaptiveP.accept = accept  # type: ignore[method-assign]
+    return target
+
+
+def _mirostat_mode_without_temp(original: Callable[..., Any]) -> Callable[..., Any]:
+    def common_chain_spec(params: Any = None) -> Any:
+        specs = original(params)
+        if params and params.get("mirostat", 0) != 0:  # the defect: temperature is dropped
+            return [s for s in specs if s.name != "temp"]
+        return specs
+
+    return common_chain_spec
+
+
+def _breaker_strings_without_tails(original: Callable[..., Any]) -> Callable[..., Any]:
+    def string_breakers(tokenizer: Any, strings: Any) -> list[list[int]]:
+        # the defect: tokens that end with the start of a breaker string are not breaker heads
+        return [b for b in original(tokenizer, strings) if len(b) == 1]
+
+    return string_breakers
+
+
+def _no_mass_accepted(_: Any) -> Callable[[TokenDataArray], None]:
+    def require_mass(cur: TokenDataArray) -> None:
+        return None  # the defect: arrays without a finite logit reach the selection
+
+    return require_mass
+
+
 MUTANTS = [
     Mutant(
         "smp-default-chain-temperature-first",
@@ -306,5 +401,75 @@ MUTANTS = [
         "sampler_apply writes selected/sorted back into the caller's array",
         ("SMP-004",),
         _apply_mutates_input,
+    ),
+    Mutant(
+        "smp-dry-repeat-off-by-one",
+        "sampling",
+        "DRY counts every repeated run one token longer than it is",
+        ("SMP-080",),
+        _patch("reference_impl.sampling.dry", "extension_lengths", _dry_off_by_one),
+    ),
+    Mutant(
+        "smp-dry-breakers-ignored",
+        "sampling",
+        "DRY's sequence breakers never cap the repeat length",
+        ("SMP-080",),
+        _patch("reference_impl.sampling.dry", "repeat_cap", _dry_breakers_ignored),
+    ),
+    Mutant(
+        "smp-xtc-keeps-first",
+        "sampling",
+        "XTC keeps the most likely top choice instead of the least likely one",
+        ("SMP-081",),
+        _patch("reference_impl.sampling.truncation", "xtc", _xtc_keeps_first),
+    ),
+    Mutant(
+        "smp-mirostat-frozen-mu",
+        "sampling",
+        "Mirostat never updates mu after a selection",
+        ("SMP-082",),
+        _patch("reference_impl.sampling.feedback", "_surprise_update", _mirostat_frozen_mu),
+    ),
+    Mutant(
+        "smp-mirostat-v1-extra-ratio",
+        "sampling",
+        "Mirostat v1 fits its Zipf exponent on m + 1 probabilities",
+        ("SMP-082",),
+        _patch("reference_impl.sampling.feedback", "mirostat_k", _mirostat_v1_m_rows),
+    ),
+    Mutant(
+        "smp-adaptive-p-wrong-decay",
+        "sampling",
+        "adaptive-p weights its moving average with 1 - decay instead of decay",
+        ("SMP-083",),
+        _patch("reference_impl.sampling.feedback", "adaptive_update", _adaptive_wrong_decay),
+    ),
+    Mutant(
+        "smp-adaptive-p-any-accept",
+        "sampling",
+        "adaptive-p updates its moving average for any accepted token, not only its selection",
+        ("SMP-083",),
+        _feedback_accepts_everything,
+    ),
+    Mutant(
+        "smp-no-mass-selected",
+        "sampling",
+        "Mirostat and adaptive-p try to select from an array without a finite logit",
+        ("SMP-086",),
+        _patch("reference_impl.sampling.feedback", "require_mass", _no_mass_accepted),
+    ),
+    Mutant(
+        "smp-default-mirostat-without-temp",
+        "sampling",
+        "the default chain's mirostat modes leave out the temperature before mirostat",
+        ("SMP-088",),
+        _patch("reference_impl.sampling.chain", "common_chain_spec", _mirostat_mode_without_temp),
+    ),
+    Mutant(
+        "smp-dry-strings-no-overlaps",
+        "sampling",
+        "DRY breaker strings only make single-token breakers, never head + tail sequences",
+        ("SMP-087",),
+        _patch("reference_impl.sampling.dry", "string_breakers", _breaker_strings_without_tails),
     ),
 ]

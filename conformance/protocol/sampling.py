@@ -55,6 +55,14 @@ class DefaultChain(Chain, Protocol):
         ...
 
 
+class DryStrings(Chain, Protocol):
+    def sampler_chain_init_vocab(self, spec: Any, vocab: Any) -> ChainHandle:
+        """A chain whose DRY entries may give ``breaker_strings``, turned into token sequences
+        with ``vocab`` (a handle of the tokenizer area's ``load_vocab``), as
+        ``llama_sampler_init_dry`` does with a model's vocabulary."""
+        ...
+
+
 class InputChecks(Chain, Protocol):
     """A malformed chain description (``SMP_SPEC_FORMAT``, ``SMP_UNKNOWN_SAMPLER``,
     ``SMP_PARAM``, ``SMP_UNSUPPORTED``, with ``field`` and ``index``) and a malformed candidate
@@ -88,13 +96,14 @@ class Selector(Protocol):
 
 
 SAMPLER_NAMES: tuple[str, ...] = tuple(SAMPLER_PARAMS)
-# dry and xtc: the reference accepts only their disabled form until SMP-080/081 land.
+# dry (breakers as token sequences), xtc, mirostat, mirostat_v2 and adaptive_p included
 SAMPLERS: tuple[str, ...] = tuple(f"sampling.{name}" for name in SAMPLER_NAMES)
 
 CAPABILITIES = (
     capability("sampling.chain", Chain, "build and drive sampler chains"),
     capability("sampling.default_chain", DefaultChain, "common_sampler_init's chain"),
     capability("sampling.input_checks", InputChecks, "coded errors for malformed input"),
+    capability("sampling.dry_strings", DryStrings, "DRY breaker strings over a vocabulary"),
     capability("sampling.candidates", Candidates, "the candidate builder"),
     capability("sampling.selector", Selector, "EMEL's token selector"),
     *(
@@ -102,7 +111,10 @@ CAPABILITIES = (
         for name, cap in zip(SAMPLER_NAMES, SAMPLERS)
     ),
 )
-IMPLIES = {cap: ("sampling.chain",) for cap in SAMPLERS}
+IMPLIES = {
+    **{cap: ("sampling.chain",) for cap in SAMPLERS},
+    "sampling.dry_strings": ("sampling.chain", "sampling.dry"),
+}
 
 
 def samplers_named(spec: Any) -> set[str]:
@@ -119,6 +131,9 @@ def samplers_named(spec: Any) -> set[str]:
 
 ARGUMENT_RULES = {
     "sampler_chain_init": lambda args, kwargs: samplers_named(
+        args[0] if args else kwargs.get("spec")
+    ),
+    "sampler_chain_init_vocab": lambda args, kwargs: samplers_named(
         args[0] if args else kwargs.get("spec")
     ),
     "set_sampler": lambda args, kwargs: samplers_named(

@@ -49,9 +49,18 @@ BAD_SPECS: list[tuple[str, Any, str, str, int | None]] = [
     ("bias-nan", [["logit_bias", {"biases": [[1, NAN]]}]], "SMP_PARAM", "spec[0].biases[0]", 0),
     ("biases-int", [["logit_bias", {"biases": 5}]], "SMP_PARAM", "spec[0].biases", 0),
     ("biases-str", [["logit_bias", {"biases": "ab"}]], "SMP_PARAM", "spec[0].biases", 0),
-    ("dry-enabled", [["dry", {"multiplier": 0.8}]], "SMP_UNSUPPORTED", "spec[0]", 0),
-    ("xtc-enabled", [["xtc", {"p": 0.5, "t": 0.1}]], "SMP_UNSUPPORTED", "spec[0]", 0),
-]
+    ("dry-breakers-str", [["dry", {"multiplier": 0.8, "breakers": "\n"}]], "SMP_PARAM", "spec[0].breakers", 0),
+    ("dry-breaker-str", [["dry", {"multiplier": 0.8, "breakers": [[3], "ab"]}]], "SMP_PARAM", "spec[0].breakers[1]", 0),
+    ("dry-breaker-token", [["dry", {"multiplier": 0.8, "breakers": [[3, 2**31]]}]], "SMP_PARAM", "spec[0].breakers[0][1]", 0),
+    ("dry-base-nan", [["dry", {"multiplier": 0.8, "base": NAN}]], "SMP_PARAM", "spec[0].base", 0),
+    ("dry-strings-no-vocab", [["dry", {"multiplier": 0.8, "breaker_strings": [":"]}]], "SMP_PARAM", "spec[0].breaker_strings", 0),
+    ("dry-strings-ascii", [["dry", {"multiplier": 0.8, "breaker_strings": ["é"]}]], "SMP_PARAM", "spec[0].breaker_strings[0]", 0),
+    ("dry-strings-and-tokens", [["dry", {"multiplier": 0.8, "breakers": [[1]], "breaker_strings": [":"]}]], "SMP_PARAM", "spec[0].breaker_strings", 0),
+    ("xtc-min-keep", [["xtc", {"p": 0.5, "min_keep": -1}]], "SMP_PARAM", "spec[0].min_keep", 0),
+    ("mirostat-n-vocab", [["mirostat", {"seed": 1}]], "SMP_PARAM", "spec[0].n_vocab", 0),
+    ("mirostat-v2-tau", [["mirostat_v2", {"seed": 1, "tau": INF}]], "SMP_PARAM", "spec[0].tau", 0),
+    ("adaptive-p-decay", [["adaptive_p", {"target": 0.5, "seed": 1}]], "SMP_PARAM", "spec[0].decay", 0),
+]  # fmt: skip
 
 
 @pytest.mark.invariant("SMP-060")
@@ -117,9 +126,10 @@ def test_penalty_values_must_be_finite(target: Any, param: str, value: float) ->
         ({"topk": 3}, "SMP_PARAM", "params.topk"),
         ({"top_k": "40"}, "SMP_PARAM", "params.top_k"),
         ({"samplers": ["top_k", "nucleus"]}, "SMP_PARAM", "params.samplers[1]"),
-        ({"dry_multiplier": 0.8}, "SMP_UNSUPPORTED", "params.dry_multiplier"),
-        ({"xtc_probability": 0.5}, "SMP_UNSUPPORTED", "params.xtc_probability"),
-        ({"mirostat": 2}, "SMP_UNSUPPORTED", "params.mirostat"),
+        ({"dry_sequence_breakers": ["\n"]}, "SMP_PARAM", "params.dry_sequence_breakers[0]"),
+        ({"mirostat": 3}, "SMP_PARAM", "params.mirostat"),
+        ({"mirostat": 1}, "SMP_PARAM", "params.n_vocab"),
+        ({"n_vocab": 0}, "SMP_PARAM", "params.n_vocab"),
     ],
 )
 def test_default_chain_parameters_are_checked(
@@ -127,9 +137,10 @@ def test_default_chain_parameters_are_checked(
 ) -> None:
     with raises_code(code, field=field, exc=SamplingError):
         target.sampler_chain_init_default(params)
-    # disabled forms of the same samplers are fine
-    target.sampler_free(
-        target.sampler_chain_init_default(
-            {"dry_multiplier": 0.0, "xtc_probability": 0.5, "xtc_threshold": 0.6}
-        )
-    )
+    # DRY, XTC and the mirostat modes are fine
+    for good in (
+        {"dry_multiplier": 0.8, "dry_sequence_breakers": [[3]], "xtc_probability": 0.5},
+        {"mirostat": 1, "n_vocab": 100},
+        {"mirostat": 2, "samplers": ["adaptive_p"]},
+    ):
+        target.sampler_free(target.sampler_chain_init_default(good))

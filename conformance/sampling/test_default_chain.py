@@ -1,4 +1,4 @@
-"""The default chain of llama.cpp's common library (SMP-050, SMP-051)."""
+"""The default chain of llama.cpp's common library (SMP-050, SMP-051), DRY and XTC included."""
 
 from __future__ import annotations
 
@@ -23,24 +23,41 @@ def documented_chain(prm: dict[str, Any]) -> list[Any]:
         "seed": 0xFFFFFFFF, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typ_p": 1.0,
         "temp": 0.8, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "penalty_last_n": 64,
         "penalty_repeat": 1.0, "penalty_freq": 0.0, "penalty_present": 0.0, "min_keep": 0,
-        "top_n_sigma": -1.0, "logit_bias": [],
+        "top_n_sigma": -1.0, "logit_bias": [], "dry_multiplier": 0.0, "dry_base": 1.75,
+        "dry_allowed_length": 2, "dry_penalty_last_n": 64, "dry_sequence_breakers": [],
+        "xtc_probability": 0.0, "xtc_threshold": 0.1, "adaptive_target": -1.0,
+        "adaptive_decay": 0.9, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1,
     } | prm  # fmt: skip
+    dry_last_n = get["dry_penalty_last_n"]
     keep = get["min_keep"]
     entries = {
         "penalties": ["penalties", {"last_n": get["penalty_last_n"], "repeat": get["penalty_repeat"], "freq": get["penalty_freq"], "present": get["penalty_present"]}],
-        "dry": ["dry", {"multiplier": 0.0}],
+        "dry": ["dry", {"multiplier": get["dry_multiplier"], "base": get["dry_base"], "allowed_length": get["dry_allowed_length"], "penalty_last_n": dry_last_n, "breakers": get["dry_sequence_breakers"], "breaker_strings": []}],
         "top_n_sigma": ["top_n_sigma", {"n": get["top_n_sigma"]}],
         "top_k": ["top_k", {"k": get["top_k"]}],
         "typ_p": ["typical", {"p": get["typ_p"], "min_keep": keep}],
         "top_p": ["top_p", {"p": get["top_p"], "min_keep": keep}],
         "min_p": ["min_p", {"p": get["min_p"], "min_keep": keep}],
-        "xtc": ["xtc", {"p": 0.0}],
+        "xtc": ["xtc", {"p": get["xtc_probability"], "t": get["xtc_threshold"], "min_keep": keep, "seed": get["seed"]}],
         "temperature": ["temp_ext", {"t": get["temp"], "delta": get["dynatemp_range"], "exponent": get["dynatemp_exponent"]}],
     }  # fmt: skip
-    order = prm.get("samplers", list(entries))
     chain: list[Any] = [["logit_bias", {"biases": get["logit_bias"]}]] if get["logit_bias"] else []
-    chain += [entries[kind] for kind in order]
-    return [*chain, ["dist", {"seed": get["seed"]}]]
+    miro = {"seed": get["seed"], "tau": get["mirostat_tau"], "eta": get["mirostat_eta"]}
+    if get["mirostat"] == 1:
+        miro |= {"n_vocab": get["n_vocab"], "m": 100}
+        return [*chain, ["temp", {"t": get["temp"]}], ["mirostat", miro]]
+    if get["mirostat"] == 2:
+        return [*chain, ["temp", {"t": get["temp"]}], ["mirostat_v2", miro]]
+    order = prm.get("samplers", list(entries))
+    chain += [entries[kind] for kind in order if kind != "adaptive_p"]
+    if "adaptive_p" in order:
+        last = [
+            "adaptive_p",
+            {"target": get["adaptive_target"], "decay": get["adaptive_decay"], "seed": get["seed"]},
+        ]
+    else:
+        last = ["dist", {"seed": get["seed"]}]
+    return [*chain, last]  # fmt: skip
 
 
 # every sampler the documented chain can name (logit_bias only with biases)
@@ -74,6 +91,15 @@ overrides = st.fixed_dictionaries(
         "logit_bias": st.lists(
             st.tuples(st.integers(0, 30), st.floats(-3.0, 3.0)).map(list), max_size=3
         ),
+        "dry_multiplier": st.sampled_from([0.0, 0.8]),
+        "dry_base": st.sampled_from([1.75, 0.5, 3.0]),
+        "dry_allowed_length": st.integers(0, 3),
+        "dry_penalty_last_n": st.sampled_from([-1, 0, 4, 64]),
+        "dry_sequence_breakers": st.lists(
+            st.lists(st.integers(0, 30), min_size=1, max_size=2), max_size=2
+        ),
+        "xtc_probability": st.sampled_from([0.0, 0.5, 1.0]),
+        "xtc_threshold": st.sampled_from([0.05, 0.1, 0.6]),
     },
 )
 
@@ -83,7 +109,7 @@ overrides = st.fixed_dictionaries(
 @given(
     prm=overrides,
     cur=token_arrays(2, 100, max_scale=2.0),
-    history=st.lists(st.integers(0, 30), max_size=6),
+    history=st.lists(st.integers(0, 30), max_size=6).map(lambda h: h + h),
 )
 def test_default_chain_order(
     target: Any, prm: dict[str, Any], cur: TokenDataArray, history: list[int]
@@ -109,6 +135,8 @@ def test_default_chain_order(
             ("temp-first", ["temperature", "top_k", "top_p"]),
             ("shuffled", ["min_p", "typ_p", "penalties", "temperature"]),
             ("empty", []),
+            ("adaptive-p-last", ["top_k", "adaptive_p", "temperature"]),
+            ("dry-xtc", ["xtc", "dry", "temperature"]),
         )
     ],
 )
@@ -120,6 +148,10 @@ def test_default_chain_custom_order(target: Any, order: list[str]) -> None:
         "top_p": 0.8,
         "typ_p": 0.9,
         "penalty_repeat": 1.3,
+        "adaptive_target": 0.4,
+        "dry_multiplier": 1.2,
+        "dry_allowed_length": 1,
+        "xtc_probability": 0.7,
     }
     cur = candidates(logits_from_seed(3, 300, 2.0))
     with chain_of(target, documented_chain(prm)) as explicit:
@@ -181,3 +213,28 @@ def test_default_seed_is_random(target: Any) -> None:
     finally:
         target.sampler_free(a)
         target.sampler_free(b)
+
+
+@pytest.mark.invariant("SMP-088")
+@pytest.mark.requires("sampling.default_chain", "sampling.temp")
+@pytest.mark.parametrize(
+    "prm",
+    [
+        needs_samplers(documented_chain(p), p, id=name)
+        for name, p in (
+            ("mirostat-1", {"seed": 5, "mirostat": 1, "n_vocab": 300, "temp": 0.7}),
+            ("mirostat-2", {"seed": 5, "mirostat": 2, "mirostat_tau": 3.0, "logit_bias": [[2, 9.0]]}),
+        )
+    ],
+)  # fmt: skip
+def test_default_chain_mirostat_modes(target: Any, prm: dict[str, Any]) -> None:
+    cur = candidates(logits_from_seed(8, 300, 2.0))
+    with chain_of(target, documented_chain(prm)) as explicit:
+        expected = _run(target, explicit, cur, [3, 4], 4)
+    handle = target.sampler_chain_init_default(prm)
+    try:
+        got = _run(target, handle, cur, [3, 4], 4)
+    finally:
+        target.sampler_free(handle)
+    assert all(same_array(a, b) for a, b in zip(got, expected, strict=True))
+    assert all(0 <= a.selected < a.size <= cur.size and a.sorted for a in got)

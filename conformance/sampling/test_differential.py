@@ -18,14 +18,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.sampling.support import candidates, describe
-from conformance.strategies.sampling import logits_from_seed, seeds, token_arrays
+from conformance.strategies.sampling import (
+    adaptive_p_entries,
+    dry_entries,
+    logits_from_seed,
+    mirostat_entries,
+    repetitive_histories,
+    seeds,
+    token_arrays,
+    xtc_entries,
+)
 from reference_impl.sampling.token_data import TokenDataArray
 
 F32 = np.float32
 
 
 # samplers whose float arithmetic the spec requires to match llama.cpp bit for bit
-EXACT = {"greedy", "dist", "top_k", "top_p", "min_p", "temp", "penalties", "logit_bias"}
+EXACT = {
+    "greedy", "dist", "top_k", "top_p", "min_p", "temp", "penalties", "logit_bias",
+    "dry", "xtc", "mirostat", "mirostat_v2", "adaptive_p",
+}  # fmt: skip
 
 
 class Pair:
@@ -170,6 +182,11 @@ SINGLE: dict[str, tuple[str, st.SearchStrategy[Any]]] = {
             st.floats(-1.0, 1.0),
         ),
     ),
+    "dry": ("SMP-080", dry_entries()),
+    "xtc": ("SMP-081", xtc_entries()),
+    "mirostat": ("SMP-082", mirostat_entries()),
+    "mirostat_v2": ("SMP-082", mirostat_entries(v2=True)),
+    "adaptive_p": ("SMP-083", adaptive_p_entries()),
     "logit_bias": (
         "SMP-045",
         st.builds(
@@ -339,6 +356,79 @@ def test_accept_reset_clone_match_peer(
         pair.free()
 
 
+STATEFUL = {
+    "dry": ("SMP-080", dry_entries()),
+    "xtc": ("SMP-081", xtc_entries()),
+    "mirostat": ("SMP-082", mirostat_entries()),
+    "mirostat_v2": ("SMP-082", mirostat_entries(v2=True)),
+    "adaptive_p": ("SMP-083", adaptive_p_entries()),
+}
+
+
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            k,
+            marks=[
+                pytest.mark.invariant(v[0], "SMP-011", "SMP-012"),
+                pytest.mark.requires(f"sampling.{k}"),
+            ],
+        )
+        for k, v in STATEFUL.items()
+    ],
+)
+@given(
+    data=st.data(),
+    seed=seeds(),
+    row_seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 300),
+    history=repetitive_histories(),
+)
+def test_stateful_sampler_sequences_match_peer(
+    target: Any,
+    peer: Any,
+    kind: str,
+    data: st.DataObject,
+    seed: int,
+    row_seed: int,
+    n: int,
+    history: list[int],
+) -> None:
+    """Step by step over accepts: the candidate arrays and sampled tokens of the target equal
+    the peer's, also for a clone taken midway and after a reset."""
+    entry = data.draw(STATEFUL[kind][1], label="entry")
+    selects = kind in ("mirostat", "mirostat_v2", "adaptive_p")
+    spec = [entry] if selects else [entry, ["dist", {"seed": seed}]]
+    logits = logits_from_seed(row_seed, n, 2.0)
+    cur = candidates(logits)
+    pair = Pair(target, peer, spec)
+    try:
+        for token in history:
+            pair.accept(token % n)
+        for _ in range(3):
+            assert_same(*pair.apply(cur), exact=True)
+            a, b = pair.sample(logits)
+            assert a == b
+        twin = pair.clone()
+        try:
+            for _ in range(4):
+                assert_same(*twin.apply(cur), exact=True)
+                assert_same(*pair.apply(cur), exact=True)
+                x, y = twin.sample(logits)
+                assert x == y
+                a, b = pair.sample(logits)
+                assert a == b
+        finally:
+            twin.free()
+        pair.reset()
+        tokens = [pair.sample(logits) for _ in range(6)]
+        assert all(a == b for a, b in tokens), tokens
+    finally:
+        pair.free()
+
+
 @pytest.mark.invariant("SMP-050", "SMP-051")
 @pytest.mark.requires("sampling.default_chain")
 @given(
@@ -358,16 +448,27 @@ def test_accept_reset_clone_match_peer(
             "logit_bias": st.lists(
                 st.tuples(st.integers(0, 500), st.floats(-3.0, 3.0)).map(list), max_size=3
             ),
+            "dry_multiplier": st.sampled_from([0.0, 0.8, 2.0]),
+            "dry_allowed_length": st.integers(0, 3),
+            "dry_penalty_last_n": st.sampled_from([-1, 0, 8, 64]),
+            "dry_sequence_breakers": st.lists(
+                st.lists(st.integers(0, 40), min_size=1, max_size=2), max_size=3
+            ),
+            "xtc_probability": st.sampled_from([0.0, 0.5, 1.0]),
+            "xtc_threshold": st.sampled_from([0.05, 0.1, 0.3, 0.6]),
         },
     ),
     row_seed=st.integers(0, 2**32 - 1),
+    history=repetitive_histories(vocab=40),
 )
 def test_default_chain_matches_peer(
-    target: Any, peer: Any, prm: dict[str, Any], row_seed: int
+    target: Any, peer: Any, prm: dict[str, Any], row_seed: int, history: list[int]
 ) -> None:
     logits = logits_from_seed(row_seed, 2000, 2.0)
     pair = Pair(target, peer, default=prm)
     try:
+        for token in history:
+            pair.accept(token)
         tokens = [pair.sample(logits) for _ in range(8)]
         assert all(a == b for a, b in tokens), tokens
         exact = prm.get("dynatemp_range", 0.0) == 0.0 and prm.get("typ_p", 1.0) == 1.0

@@ -113,3 +113,74 @@ def available_filters(target: Any) -> list[str]:
 
 
 FILTER_CAPABILITIES = tuple(f"sampling.{n}" for n in FILTERS)
+
+
+# -- DRY, XTC, Mirostat, adaptive-p -----------------------------------------------------------
+
+
+@st.composite
+def repetitive_histories(draw: st.DrawFn, vocab: int = 12, max_size: int = 120) -> list[int]:
+    """Accepted tokens with repeats: copies of a few short phrases over a small vocabulary,
+    so DRY finds repeated runs of many lengths (plain random tokens rarely repeat)."""
+    phrases = draw(
+        st.lists(
+            st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), min_size=1, max_size=4
+        )
+    )
+    picks = draw(st.lists(st.integers(0, len(phrases) - 1), max_size=max_size // 3))
+    noise = draw(st.lists(st.integers(0, vocab - 1), max_size=4))
+    return [t for i in picks for t in phrases[i]][:max_size] + noise
+
+
+def dry_entries() -> st.SearchStrategy[list[Any]]:
+    """An enabled (mostly) DRY entry with breakers drawn over the ids of the histories above."""
+    breakers = st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=3), max_size=3)
+    return st.builds(
+        lambda m, b, a, n, br: [
+            "dry",
+            {"multiplier": m, "base": b, "allowed_length": a, "penalty_last_n": n, "breakers": br},
+        ],
+        st.floats(-0.5, 3.0),
+        st.floats(0.9, 4.0),
+        st.integers(-1, 4),
+        st.integers(-1, 150),
+        breakers,
+    )
+
+
+def xtc_entries() -> st.SearchStrategy[list[Any]]:
+    return st.builds(
+        lambda p, t, k, s: ["xtc", {"p": p, "t": t, "min_keep": k, "seed": s}],
+        st.floats(0.0, 1.0),
+        st.floats(0.0, 0.6),
+        st.integers(0, 4),
+        seeds(),
+    )
+
+
+def mirostat_entries(v2: bool = False) -> st.SearchStrategy[list[Any]]:
+    tau, eta = st.floats(0.2, 10.0), st.floats(0.0, 1.0)
+    if v2:
+        return st.builds(
+            lambda s, t, e: ["mirostat_v2", {"seed": s, "tau": t, "eta": e}], seeds(), tau, eta
+        )
+    return st.builds(
+        lambda nv, s, t, e, m: [
+            "mirostat",
+            {"n_vocab": nv, "seed": s, "tau": t, "eta": e, "m": m},
+        ],
+        st.integers(1, 100000),
+        seeds(),
+        tau,
+        eta,
+        st.integers(-1, 120),
+    )
+
+
+def adaptive_p_entries() -> st.SearchStrategy[list[Any]]:
+    return st.builds(
+        lambda t, d, s: ["adaptive_p", {"target": t, "decay": d, "seed": s}],
+        st.floats(-0.5, 1.2),
+        st.floats(-0.2, 1.2),
+        seeds(),
+    )

@@ -2,9 +2,12 @@
 
 * :mod:`token_data` -- ``TokenDataArray`` (llama_token_data_array) and its validation;
 * :mod:`candidates` -- full-vocabulary candidates from a logits row;
-* :mod:`truncation` / :mod:`scaling` / :mod:`selection` -- the pure sampler rules;
+* :mod:`truncation` / :mod:`scaling` / :mod:`selection` -- the pure sampler rules (XTC's cut
+  in :mod:`truncation`);
+* :mod:`dry` -- DRY's repeat detection, penalty and breaker strings over a vocabulary;
+* :mod:`feedback` -- Mirostat v1/v2 and adaptive-p (selection with state carried forward);
 * :mod:`numerics` -- C-rounding float helpers (glibc ``expf``), softmax and sorting;
-* :mod:`mt19937` -- std::mt19937 and libstdc++'s uniform double;
+* :mod:`mt19937` -- std::mt19937, libstdc++'s uniform double/float and discrete_distribution;
 * :mod:`samplers` -- stateful samplers and the ``init_*`` constructors (empty-sampler rules);
 * :mod:`chainspec` / :mod:`chain` -- the JSON-able chain description, ``Chain`` and the
   default chain of llama.cpp's common library;

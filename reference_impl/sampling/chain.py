@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from reference_impl.errors import SamplingError
-from reference_impl.sampling import candidates, chainspec, samplers
+from reference_impl.sampling import candidates, chainspec, dry, samplers
 from reference_impl.sampling.chainspec import SamplerSpec
-from reference_impl.sampling.samplers import Empty, Sampler
+from reference_impl.sampling.samplers import Sampler
 from reference_impl.sampling.token_data import TokenDataArray
 from reference_impl.spec_links import implements
 
@@ -77,7 +77,9 @@ class Chain:
         return f"<chain {[s.name for s in self.samplers]}>"
 
 
-def build_sampler(spec: SamplerSpec) -> Sampler:
+def build_sampler(spec: SamplerSpec, vocab: Any = None) -> Sampler:
+    """One chain member; ``vocab`` (a reference tokenizer) turns DRY breaker strings into
+    token sequences."""
     p = spec.params
     match spec.name:
         case "greedy":
@@ -102,19 +104,58 @@ def build_sampler(spec: SamplerSpec) -> Sampler:
             return samplers.init_top_n_sigma(p["n"])
         case "logit_bias":
             return samplers.init_logit_bias(p["biases"])
-        case "dry" | "xtc":  # the parser only lets the disabled form through
-            return Empty(f"?{spec.name}")
+        case "dry":
+            if not samplers.dry_enabled(p["multiplier"], p["base"], p["penalty_last_n"]):
+                return samplers.Empty("?dry")  # llama.cpp reads no breaker when disabled
+            breakers = p["breakers"]
+            if p["breaker_strings"]:
+                breakers = dry.string_breakers(vocab, p["breaker_strings"])
+            return samplers.init_dry(
+                p["multiplier"], p["base"], p["allowed_length"], p["penalty_last_n"], breakers
+            )
+        case "xtc":
+            return samplers.init_xtc(p["p"], p["t"], p["min_keep"], p["seed"])
+        case "mirostat":
+            return samplers.init_mirostat(p["n_vocab"], p["seed"], p["tau"], p["eta"], p["m"])
+        case "mirostat_v2":
+            return samplers.init_mirostat_v2(p["seed"], p["tau"], p["eta"])
+        case "adaptive_p":
+            return samplers.init_adaptive_p(p["target"], p["decay"], p["seed"])
     raise SamplingError("SMP_UNKNOWN_SAMPLER", f"unknown sampler {spec.name!r}", field="name")
 
 
-def build_chain(spec: Any) -> Chain:
-    """Parse a chain description (see :mod:`chainspec`) and construct the chain."""
-    return Chain(build_sampler(s) for s in chainspec.parse_chain(spec))
+@implements("SMP-087")
+def build_chain(spec: Any, vocab: Any = None) -> Chain:
+    """Parse a chain description (see :mod:`chainspec`) and construct the chain; DRY breaker
+    strings need ``vocab`` (``SMP_PARAM`` on the entry's ``breaker_strings`` without one)."""
+    specs = chainspec.parse_chain(spec)
+    for i, s in enumerate(specs):
+        if vocab is None and s.name == "dry" and s.params["breaker_strings"]:
+            raise SamplingError(
+                "SMP_PARAM",
+                "DRY breaker strings need a vocabulary",
+                field=f"spec[{i}].breaker_strings",
+                index=i,
+            )
+    return Chain(build_sampler(s, vocab) for s in specs)
 
 
 # common_params_sampling.samplers default order (common/common.h) and, for each entry, the
 # chain entry common_sampler_init adds for it.
 COMMON_ORDER: tuple[str, ...] = chainspec.COMMON_SAMPLER_NAMES
+
+
+@implements("SMP-080")
+def dry_params(prm: Mapping[str, Any]) -> dict[str, Any]:
+    """The default chain's DRY entry (llama_sampler_init_dry with the ``dry_*`` parameters)."""
+    return {
+        "multiplier": prm["dry_multiplier"],
+        "base": prm["dry_base"],
+        "allowed_length": prm["dry_allowed_length"],
+        "penalty_last_n": prm["dry_penalty_last_n"],
+        "breakers": prm["dry_sequence_breakers"],
+        "breaker_strings": [],
+    }
 
 
 def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
@@ -131,7 +172,7 @@ def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
                 },
             )
         case "dry":
-            return SamplerSpec("dry", {"multiplier": prm["dry_multiplier"]})
+            return SamplerSpec("dry", dry_params(prm))
         case "top_n_sigma":
             return SamplerSpec("top_n_sigma", {"n": prm["top_n_sigma"]})
         case "top_k":
@@ -143,7 +184,15 @@ def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
         case "min_p":
             return SamplerSpec("min_p", {"p": prm["min_p"], "min_keep": keep})
         case "xtc":
-            return SamplerSpec("xtc", {"p": prm["xtc_probability"], "t": prm["xtc_threshold"]})
+            return SamplerSpec(
+                "xtc",
+                {
+                    "p": prm["xtc_probability"],
+                    "t": prm["xtc_threshold"],
+                    "min_keep": keep,
+                    "seed": prm["seed"],
+                },
+            )
         case "temperature":
             return SamplerSpec(
                 "temp_ext",
@@ -156,27 +205,46 @@ def _common_entry(kind: str, prm: Mapping[str, Any]) -> SamplerSpec:
     raise SamplingError("SMP_PARAM", f"unknown sampler kind {kind!r}", field="params.samplers")
 
 
-@implements("SMP-050", "SMP-062")
+@implements("SMP-050", "SMP-062", "SMP-088")
 def common_chain_spec(params: Mapping[str, Any] | None = None) -> list[SamplerSpec]:
-    """The chain common_sampler_init builds (mirostat 0): [logit_bias when any bias] ->
-    the ``samplers`` list (default: COMMON_ORDER) -> dist(seed)."""
+    """The chain common_sampler_init builds: [logit_bias when any bias] ->
+
+    * mirostat 0: the ``samplers`` list (default: COMMON_ORDER) -> dist(seed), or
+      adaptive-p(target, decay, seed) instead of dist when the list names ``adaptive_p``;
+    * mirostat 1: temp(temp) -> mirostat(n_vocab, seed, tau, eta, m = 100);
+    * mirostat 2: temp(temp) -> mirostat_v2(seed, tau, eta).
+    """
     prm = chainspec.parse_common_params(params)
-    if np.float32(prm["dry_multiplier"]) != 0.0:
-        raise SamplingError(
-            "SMP_UNSUPPORTED", "DRY is not implemented by this suite", field="params.dry_multiplier"
-        )
-    if np.float32(prm["xtc_probability"]) > 0.0 and np.float32(prm["xtc_threshold"]) <= 0.5:
-        raise SamplingError(
-            "SMP_UNSUPPORTED",
-            "XTC is not implemented by this suite",
-            field="params.xtc_probability",
-        )
-    order = prm["samplers"] if params and "samplers" in params else list(COMMON_ORDER)
     out: list[SamplerSpec] = []
     if prm["logit_bias"]:
         out.append(SamplerSpec("logit_bias", {"biases": prm["logit_bias"]}))
-    out.extend(_common_entry(kind, prm) for kind in order)
-    out.append(SamplerSpec("dist", {"seed": prm["seed"]}))
+    seed, tau, eta = prm["seed"], prm["mirostat_tau"], prm["mirostat_eta"]
+    if prm["mirostat"] == 1:
+        if prm["n_vocab"] is None:
+            raise SamplingError(
+                "SMP_PARAM", "mirostat 1 needs the vocabulary size", field="params.n_vocab"
+            )
+        return [
+            *out,
+            SamplerSpec("temp", {"t": prm["temp"]}),
+            SamplerSpec(
+                "mirostat",
+                {"n_vocab": prm["n_vocab"], "seed": seed, "tau": tau, "eta": eta, "m": 100},
+            ),
+        ]
+    if prm["mirostat"] == 2:
+        return [
+            *out,
+            SamplerSpec("temp", {"t": prm["temp"]}),
+            SamplerSpec("mirostat_v2", {"seed": seed, "tau": tau, "eta": eta}),
+        ]
+    order = prm["samplers"] if params and "samplers" in params else list(COMMON_ORDER)
+    out.extend(_common_entry(kind, prm) for kind in order if kind != "adaptive_p")
+    if "adaptive_p" in order:
+        target, decay = prm["adaptive_target"], prm["adaptive_decay"]
+        out.append(SamplerSpec("adaptive_p", {"target": target, "decay": decay, "seed": seed}))
+    else:
+        out.append(SamplerSpec("dist", {"seed": seed}))
     return out
 
 

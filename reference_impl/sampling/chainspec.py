@@ -24,14 +24,23 @@ temp_ext       t: float, delta: float (0), exponent: float (1)
 penalties      last_n: int32 (<= 0 disables), repeat (1, finite > 0), freq (0), present (0)
 top_n_sigma    n: float (<= 0 disables)
 logit_bias     biases: list of [token, bias] (bias may be -inf; empty disables)
-dry            multiplier: float, accepted only as 0 (disabled)
-xtc            p: float (<= 0 disables), t: float (0.1); accepted only when disabled
+dry            multiplier: float (0 disables), base (1.75; < 1 disables), allowed_length:
+               int32 (2), penalty_last_n: int32 (64; <= 0 disables), breakers: list of
+               token sequences ([]; each a list of int32 ids, head first; [] skipped),
+               breaker_strings: list of ASCII strings ([]; needs a vocabulary, exclusive
+               with breakers)
+xtc            p: float (<= 0 disables), t: float (0.1; > 0.5 disables), min_keep (0),
+               seed: uint32 (0xFFFFFFFF)
+mirostat       n_vocab: int32, seed: uint32, tau: float (5.0), eta: float (0.1), m: int32
+               (100)
+mirostat_v2    seed: uint32, tau: float (5.0), eta: float (0.1)
+adaptive_p     target: float (< 0: plain sampling), decay: float (clamped to [0, 0.99]),
+               seed: uint32
 =============  ==========================================================================
 
 Floats must be real numbers and not NaN; infinities are rejected except for logit biases.
 Errors are :class:`SamplingError` with code ``SMP_SPEC_FORMAT`` (malformed entry),
-``SMP_UNKNOWN_SAMPLER``, ``SMP_PARAM`` (unknown, missing, ill-typed or out-of-range value) or
-``SMP_UNSUPPORTED`` (a sampler the reference does not implement, requested enabled); the
+``SMP_UNKNOWN_SAMPLER`` or ``SMP_PARAM`` (unknown, missing, ill-typed or out-of-range value); the
 ``field`` names the entry and parameter (``spec[2].k``) and ``index`` the entry.
 """
 
@@ -113,6 +122,34 @@ def _biases(value: Any, name: str, index: int | None) -> list[tuple[int, float]]
     return out
 
 
+@implements("SMP-080")
+def _breakers(value: Any, name: str, index: int | None) -> list[list[int]]:
+    """DRY's sequence breakers as token sequences: a list of lists of int32 ids (an empty
+    sequence is skipped, as llama.cpp skips an empty breaker)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise _fail(name, index, f"'{name}' must be a list of token sequences")
+    out: list[list[int]] = []
+    for j, seq in enumerate(value):
+        where = f"{name}[{j}]"
+        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
+            raise _fail(where, index, f"'{where}' must be a list of token ids")
+        out.append(
+            [_int_in(INT32_MIN, INT32_MAX)(t, f"{where}[{k}]", index) for k, t in enumerate(seq)]
+        )
+    return out
+
+
+@implements("SMP-087")
+def _breaker_strings(value: Any, name: str, index: int | None) -> list[str]:
+    """DRY's sequence breakers as strings (ASCII: each is matched and cut byte by byte)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise _fail(name, index, f"'{name}' must be a list of strings")
+    for j, item in enumerate(value):
+        if not isinstance(item, str) or not item.isascii():
+            raise _fail(f"{name}[{j}]", index, f"'{name}[{j}]' must be an ASCII string")
+    return list(value)
+
+
 _INT32 = _int_in(INT32_MIN, INT32_MAX)
 _MIN_KEEP = _int_in(0, INT32_MAX)
 _SEED = _int_in(0, UINT32_MAX)
@@ -138,19 +175,34 @@ SAMPLER_PARAMS: dict[str, dict[str, tuple[Checker, Any]]] = {
     },
     "top_n_sigma": {"n": (_REAL, _REQUIRED)},
     "logit_bias": {"biases": (_biases, _REQUIRED)},
-    "dry": {"multiplier": (_REAL, _REQUIRED)},
-    "xtc": {"p": (_REAL, _REQUIRED), "t": (_REAL, 0.1)},
+    "dry": {
+        "multiplier": (_REAL, _REQUIRED),
+        "base": (_REAL, 1.75),
+        "allowed_length": (_INT32, 2),
+        "penalty_last_n": (_INT32, 64),
+        "breakers": (_breakers, []),
+        "breaker_strings": (_breaker_strings, []),
+    },
+    "xtc": {
+        "p": (_REAL, _REQUIRED),
+        "t": (_REAL, 0.1),
+        "min_keep": (_MIN_KEEP, 0),
+        "seed": (_SEED, LLAMA_DEFAULT_SEED),
+    },
+    "mirostat": {
+        "n_vocab": (_INT32, _REQUIRED),
+        "seed": (_SEED, _REQUIRED),
+        "tau": (_REAL, 5.0),
+        "eta": (_REAL, 0.1),
+        "m": (_INT32, 100),
+    },
+    "mirostat_v2": {"seed": (_SEED, _REQUIRED), "tau": (_REAL, 5.0), "eta": (_REAL, 0.1)},
+    "adaptive_p": {
+        "target": (_REAL, _REQUIRED),
+        "decay": (_REAL, _REQUIRED),
+        "seed": (_SEED, _REQUIRED),
+    },
 }
-
-
-def _disabled_only(spec: SamplerSpec) -> bool:
-    """True when an otherwise unsupported sampler is requested in its disabled form."""
-    if spec.name == "dry":
-        return bool(np.float32(spec.params["multiplier"]) == 0.0)
-    if spec.name == "xtc":
-        p, t = np.float32(spec.params["p"]), np.float32(spec.params["t"])
-        return bool(p <= 0.0 or t > 0.5)
-    return True
 
 
 @implements("SMP-060")
@@ -203,12 +255,11 @@ def parse_entry(entry: Any, index: int) -> SamplerSpec:
             index=index,
         )
     spec = SamplerSpec(name, parse_params(name, params, prefix=where, index=index))
-    if not _disabled_only(spec):
-        raise SamplingError(
-            "SMP_UNSUPPORTED",
-            f"sampler '{name}' is only accepted disabled by this suite",
-            field=where,
-            index=index,
+    if name == "dry" and spec.params["breakers"] and spec.params["breaker_strings"]:
+        raise _fail(
+            f"{where}.breaker_strings",
+            index,
+            "DRY takes its breakers either as token sequences or as strings, not both",
         )
     return spec
 
@@ -238,29 +289,30 @@ COMMON_SAMPLER_NAMES = (
 )
 
 
+# names the ``samplers`` list may hold: the default order plus adaptive-p, which (when listed)
+# takes dist's place at the end of the chain
+KNOWN_COMMON_SAMPLERS = (*COMMON_SAMPLER_NAMES, "adaptive_p")
+
+
 def _sampler_names(value: Any, name: str, index: int | None) -> list[str]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise _fail(name, index, f"'{name}' must be a list of sampler names")
     for j, item in enumerate(value):
-        if item not in COMMON_SAMPLER_NAMES:
+        if item not in KNOWN_COMMON_SAMPLERS:
             raise _fail(
                 f"{name}[{j}]",
                 index,
-                f"unknown sampler {item!r}; known: {', '.join(COMMON_SAMPLER_NAMES)}",
+                f"unknown sampler {item!r}; known: {', '.join(KNOWN_COMMON_SAMPLERS)}",
             )
     return list(value)
 
 
-@implements("SMP-062")
-def _mirostat(value: Any, name: str, index: int | None) -> int:
-    if _int_in(0, 2)(value, name, index) != 0:
-        raise SamplingError(
-            "SMP_UNSUPPORTED", "mirostat is not implemented by this suite", field=name
-        )
-    return 0
+def _optional_vocab_size(value: Any, name: str, index: int | None) -> int | None:
+    return None if value is None else _int_in(1, INT32_MAX)(value, name, index)
 
 
-# common/common.h common_params_sampling (82bb485), the fields the default chain reads.
+# common/common.h common_params_sampling, the fields the default chain reads (82bb485; the
+# DRY window default 64 and the adaptive-p fields of the common.h that matches 0.3.36's DRY).
 COMMON_PARAMS: dict[str, tuple[Checker, Any]] = {
     "seed": (_SEED, LLAMA_DEFAULT_SEED),
     "top_k": (_INT32, 40),
@@ -277,9 +329,18 @@ COMMON_PARAMS: dict[str, tuple[Checker, Any]] = {
     "min_keep": (_MIN_KEEP, 0),
     "top_n_sigma": (_REAL, -1.0),
     "dry_multiplier": (_REAL, 0.0),
+    "dry_base": (_REAL, 1.75),
+    "dry_allowed_length": (_INT32, 2),
+    "dry_penalty_last_n": (_INT32, 64),
+    "dry_sequence_breakers": (_breakers, []),
     "xtc_probability": (_REAL, 0.0),
     "xtc_threshold": (_REAL, 0.1),
-    "mirostat": (_mirostat, 0),
+    "adaptive_target": (_REAL, -1.0),
+    "adaptive_decay": (_REAL, 0.9),
+    "mirostat": (_int_in(0, 2), 0),
+    "mirostat_tau": (_REAL, 5.0),
+    "mirostat_eta": (_REAL, 0.1),
+    "n_vocab": (_optional_vocab_size, None),  # llama_vocab_n_tokens: mirostat 1 needs it
     "logit_bias": (_biases, []),
     "samplers": (_sampler_names, list(COMMON_SAMPLER_NAMES)),
 }

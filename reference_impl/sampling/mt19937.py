@@ -100,3 +100,35 @@ def generate_canonical(rng: MT19937) -> float:
 def uniform_01(rng: MT19937) -> float:
     """``std::uniform_real_distribution<double>(0, 1)(rng)`` = canonical * (1 - 0) + 0."""
     return generate_canonical(rng) * 1.0 + 0.0
+
+
+_TWO_32_F = np.float32(2.0**32)
+_BELOW_ONE_F = np.nextafter(np.float32(1.0), np.float32(0.0))
+
+
+@implements("SMP-081")
+def uniform_float_01(rng: MT19937) -> np.float32:
+    """``std::uniform_real_distribution<float>(0, 1)(rng)`` (XTC's chance): libstdc++
+    ``generate_canonical<float, 24>`` takes one 32-bit output, rounds it to float and divides
+    by 2^32 in float; a result of 1 becomes the largest float below 1."""
+    value = np.float32(np.float32(rng.next_u32()) / _TWO_32_F)
+    return _BELOW_ONE_F if value >= 1.0 else value
+
+
+@implements("SMP-082", "SMP-083")
+def discrete_index(weights: np.ndarray, rng: MT19937) -> int:
+    """``std::discrete_distribution<int>(weights)(rng)`` as libstdc++ builds it.
+
+    Fewer than two weights: index 0 and *no* draw. Otherwise the weights are divided by
+    their double sum, accumulated in double (the last cumulative value forced to 1), and
+    the result is the first index whose cumulative value is ``>= u`` (lower_bound), u the
+    two-output canonical double of :func:`uniform_01`.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape[0] < 2:
+        return 0
+    total = float(np.cumsum(w)[-1])
+    cumulative = np.cumsum(w / total)
+    cumulative[-1] = 1.0
+    u = uniform_01(rng)
+    return int(np.searchsorted(cumulative, u, side="left"))

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from reference_impl.sampling import mt19937, scaling, selection, truncation
+from reference_impl.sampling import dry, feedback, mt19937, scaling, selection, truncation
 from reference_impl.sampling.token_data import TokenDataArray
 from reference_impl.spec_links import implements
 
@@ -225,6 +225,172 @@ class LogitBias(_Base):
         return scaling.logit_bias(cur, self.biases)
 
 
+@implements("SMP-080")
+class Dry(_Base):
+    """DRY over a ring buffer of the last ``penalty_last_n`` accepted tokens."""
+
+    name = "dry"
+
+    def __init__(
+        self,
+        multiplier: float,
+        base: float,
+        allowed_length: int,
+        penalty_last_n: int,
+        breakers: Sequence[Sequence[int]],
+    ) -> None:
+        self.multiplier, self.base = F32(multiplier), F32(base)
+        self.allowed_length, self.penalty_last_n = allowed_length, penalty_last_n
+        self.table = dry.breaker_table(breakers)
+        self._window: deque[int] = deque(maxlen=penalty_last_n)
+
+    def accept(self, token: int) -> None:
+        self._window.append(int(token))
+
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        return dry.dry(
+            cur,
+            list(self._window),
+            self.multiplier,
+            self.base,
+            self.allowed_length,
+            self.penalty_last_n,
+            self.table,
+        )
+
+    @implements("SMP-011")
+    def reset(self) -> None:
+        self._window.clear()
+
+    @property
+    def history(self) -> list[int]:
+        return list(self._window)
+
+
+class _Seeded(_Base):
+    """A sampler with its own std::mt19937 stream, reseeded by ``reset`` (get_rng_seed)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.seed_cur = rng_seed(seed)
+        self._rng = mt19937.MT19937(self.seed_cur)
+
+    def _reseed(self) -> None:
+        self.seed_cur = rng_seed(self.seed)
+        self._rng.seed(self.seed_cur)
+
+    def _pick(self, weights: np.ndarray) -> int:
+        return mt19937.discrete_index(weights, self._rng)
+
+
+@implements("SMP-081")
+class Xtc(_Seeded):
+    """Exclude top choices with probability ``p``: one float draw per apply on >= 2 rows."""
+
+    name = "xtc"
+
+    def __init__(self, p: float, t: float, min_keep: int, seed: int) -> None:
+        super().__init__(seed)
+        self.p, self.t, self.min_keep = F32(p), F32(t), min_keep
+
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        if cur.size < 2:
+            return cur
+        if mt19937.uniform_float_01(self._rng) > self.p:
+            return cur
+        return truncation.xtc(cur, self.t, self.min_keep)
+
+    @implements("SMP-011", "SMP-081")
+    def reset(self) -> None:
+        self._reseed()
+
+
+@implements("SMP-082")
+class Mirostat(_Seeded):
+    """Mirostat v1: ``mu`` starts at ``2 * tau`` and learns from each selection."""
+
+    name = "mirostat"
+
+    def __init__(self, n_vocab: int, seed: int, tau: float, eta: float, m: int) -> None:
+        super().__init__(seed)
+        self.n_vocab, self.m = n_vocab, m
+        self.tau, self.eta = F32(tau), F32(eta)
+        self.mu = F32(F32(2.0) * self.tau)
+
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        out, self.mu = feedback.mirostat(
+            cur, self.n_vocab, self.tau, self.eta, self.m, self.mu, self._pick
+        )
+        return out
+
+    @implements("SMP-011", "SMP-082")
+    def reset(self) -> None:
+        self.mu = F32(F32(2.0) * self.tau)
+        self._reseed()
+
+
+@implements("SMP-082")
+class MirostatV2(_Seeded):
+    name = "mirostat-v2"
+
+    def __init__(self, seed: int, tau: float, eta: float) -> None:
+        super().__init__(seed)
+        self.tau, self.eta = F32(tau), F32(eta)
+        self.mu = F32(F32(2.0) * self.tau)
+
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        out, self.mu = feedback.mirostat_v2(cur, self.tau, self.eta, self.mu, self._pick)
+        return out
+
+    @implements("SMP-011", "SMP-082")
+    def reset(self) -> None:
+        self.mu = F32(F32(2.0) * self.tau)
+        self._reseed()
+
+
+@implements("SMP-083")
+class AdaptiveP(_Seeded):
+    """adaptive-p: select near an adapted target probability; ``accept`` of the token it
+    selected feeds that token's original probability into the moving average."""
+
+    name = "adaptive-p"
+
+    def __init__(self, target: float, decay: float, seed: int) -> None:
+        super().__init__(seed)
+        self.target = F32(target)
+        self.decay = F32(min(max(F32(decay), F32(0.0)), F32(0.99)))  # clamped, as llama.cpp
+        self.state = feedback.adaptive_start(self.target, self.decay)
+        self._original = np.zeros(0, F32)
+        self._pending: tuple[int, int] | None = None  # (token id, row) of the last selection
+
+    def apply(self, cur: TokenDataArray) -> TokenDataArray:
+        out, self._original = feedback.adaptive_p(cur, self.target, self.state, self._pick)
+        self._pending = (int(out.ids[out.selected]), out.selected)
+        return out
+
+    @implements("SMP-083")
+    def accept(self, token: int) -> None:
+        if self._pending is not None and self._pending[0] == int(token):
+            original = self._original[self._pending[1]]
+            self.state = feedback.adaptive_update(self.state, original, self.decay)
+        self._pending = None
+
+    @implements("SMP-011", "SMP-083")
+    def reset(self) -> None:
+        self.state = feedback.adaptive_start(self.target, self.decay)
+        self._pending = None
+        self._reseed()
+
+    @implements("SMP-083")
+    def clone(self) -> Sampler:
+        # llama.cpp copies the moving average and the pending selection but not the stream:
+        # the clone's stream is freshly seeded from ``seed``
+        other = AdaptiveP(float(self.target), float(self.decay), self.seed)
+        other.state, other._pending = self.state, self._pending
+        other._original = self._original.copy()
+        return other
+
+
 # -- constructors with llama.cpp's "empty sampler" rules ------------------------------------
 
 
@@ -291,3 +457,39 @@ def init_penalties(
 @implements("SMP-015")
 def init_logit_bias(biases: Sequence[tuple[int, float]]) -> Sampler:
     return Empty("?logit-bias") if len(biases) == 0 else LogitBias(biases)
+
+
+@implements("SMP-080")
+def dry_enabled(multiplier: float, base: float, penalty_last_n: int) -> bool:
+    return bool(F32(multiplier) != 0.0 and F32(base) >= 1.0 and penalty_last_n > 0)
+
+
+@implements("SMP-080")
+def init_dry(
+    multiplier: float,
+    base: float,
+    allowed_length: int,
+    penalty_last_n: int,
+    breakers: Sequence[Sequence[int]] = (),
+) -> Sampler:
+    """Empty unless ``multiplier != 0``, ``base >= 1`` and ``penalty_last_n > 0`` (0.3.36)."""
+    if not dry_enabled(multiplier, base, penalty_last_n):
+        return Empty("?dry")
+    return Dry(multiplier, base, allowed_length, penalty_last_n, breakers)
+
+
+@implements("SMP-081")
+def init_xtc(p: float, t: float, min_keep: int = 0, seed: int = LLAMA_DEFAULT_SEED) -> Sampler:
+    return Empty("?xtc") if F32(p) <= 0.0 or F32(t) > 0.5 else Xtc(p, t, min_keep, seed)
+
+
+def init_mirostat(n_vocab: int, seed: int, tau: float, eta: float, m: int) -> Sampler:
+    return Mirostat(n_vocab, seed, tau, eta, m)
+
+
+def init_mirostat_v2(seed: int, tau: float, eta: float) -> Sampler:
+    return MirostatV2(seed, tau, eta)
+
+
+def init_adaptive_p(target: float, decay: float, seed: int) -> Sampler:
+    return AdaptiveP(target, decay, seed)

@@ -137,3 +137,21 @@ def top_n_sigma(cur: TokenDataArray, n: Real) -> TokenDataArray:
     threshold = F32(max_l - F32(n32 * std))
     out = np.where(logits < threshold, F32(-np.inf), logits).astype(F32)
     return cur.with_logits(out)
+
+
+@implements("SMP-081")
+def xtc(cur: TokenDataArray, threshold: Real, min_keep: int) -> TokenDataArray:
+    """Exclude top choices (the cut itself; the sampler decides by its draw whether to cut).
+
+    Sorted softmax; ``last`` = the last row of the leading run of rows with ``p >= threshold``
+    (0 when row 0 is below it). When ``last > 0`` and ``n - last >= min_keep`` the rows before
+    ``last`` are dropped, so the least likely of the top choices survives; otherwise the
+    sorted softmax is returned whole.
+    """
+    cur = numerics.softmax(cur, do_sort=True)
+    above = cur.p >= F32(threshold)
+    run = cur.size if bool(np.all(above)) else int(np.argmin(above))  # leading run length
+    last = max(run - 1, 0)
+    if last > 0 and cur.size - last >= min_keep:
+        return cur.take(np.arange(last, cur.size), sorted=True)
+    return cur

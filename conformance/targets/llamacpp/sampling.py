@@ -8,8 +8,10 @@ standalone target for running the sampling suite alone::
         --target conformance.targets.llamacpp.sampling:LlamaCppSamplingTarget
 
 Chains are built with ``llama_sampler_chain_init`` + ``llama_sampler_init_*`` (no model or
-context needed), candidate arrays cross the boundary as a numpy structured array with the
-``llama_token_data`` layout. The surface's own checks (chain description, candidate arrays)
+context needed; DRY's breaker token sequences go through the exported C++ test entry point
+``llama_sampler_init_dry_testing``, its breaker strings through ``llama_sampler_init_dry`` with
+a loaded model's vocabulary), candidate arrays cross the boundary as a numpy structured array
+with the ``llama_token_data`` layout. The surface's own checks (chain description, candidate arrays)
 are done here before llama.cpp sees the data, because llama.cpp aborts the process on the
 inputs they reject; they are the reference's rules, so the target does not claim
 ``sampling.input_checks`` (nor ``sampling.candidates``: ``sampler_sample`` builds the candidates
@@ -77,7 +79,9 @@ class LlamaSamplerHandle:
         return f"<llama.cpp chain {self.names}>"
 
 
-def _init_member(spec: SamplerSpec) -> Any:
+def _init_member(spec: SamplerSpec, vocab: Any = None) -> Any:
+    """One ``llama_sampler_init_*``; ``vocab`` is the ``llama_vocab *`` DRY's breaker strings
+    are tokenized with."""
     lib = _lib()
     p = spec.params
     match spec.name:
@@ -110,29 +114,99 @@ def _init_member(spec: SamplerSpec) -> Any:
             for i, (token, bias) in enumerate(biases):
                 arr[i].token, arr[i].bias = token, bias
             return lib.llama_sampler_init_logit_bias(0, len(biases), arr)
-        case "dry":  # disabled only (the parser guarantees it): the empty sampler, no vocab read
-            return lib.llama_sampler_init_dry(None, p["multiplier"], 1.75, 2, 0, None, 0)
-        case "xtc":  # disabled only
-            return lib.llama_sampler_init_xtc(p["p"], p["t"], 0, 0)
+        case "dry" if p["breaker_strings"]:
+            strings = [b.encode() for b in p["breaker_strings"]]
+            arr = (ctypes.c_char_p * len(strings))(*strings)
+            return lib.llama_sampler_init_dry(
+                vocab,
+                p["multiplier"],
+                p["base"],
+                p["allowed_length"],
+                p["penalty_last_n"],
+                arr,
+                len(strings),
+            )
+        case "dry":
+            return _init_dry_tokens(
+                p["multiplier"], p["base"], p["allowed_length"], p["penalty_last_n"], p["breakers"]
+            )
+        case "xtc":
+            return lib.llama_sampler_init_xtc(p["p"], p["t"], p["min_keep"], p["seed"])
+        case "mirostat":
+            return lib.llama_sampler_init_mirostat(
+                p["n_vocab"], p["seed"], p["tau"], p["eta"], p["m"]
+            )
+        case "mirostat_v2":
+            return lib.llama_sampler_init_mirostat_v2(p["seed"], p["tau"], p["eta"])
+        case "adaptive_p":
+            return lib.llama_sampler_init_adaptive_p(p["target"], p["decay"], p["seed"])
     raise SamplingError("SMP_UNKNOWN_SAMPLER", f"unknown sampler {spec.name!r}", field="name")
 
 
-def _chain(specs: list[SamplerSpec]) -> LlamaSamplerHandle:
+class _StdVector(ctypes.Structure):
+    """libstdc++'s ``std::vector<T>`` layout: begin, end and end-of-storage pointers."""
+
+    _fields_ = [("begin", ctypes.c_void_p), ("end", ctypes.c_void_p), ("cap", ctypes.c_void_p)]
+
+
+# llama_sampler_init_dry_testing(float, float, int32_t, int32_t,
+#                                const std::vector<std::vector<llama_token>> &): the C++ entry
+# point llama.cpp's own tests use to give DRY its sequence breakers as token sequences, with
+# no vocabulary (the C API's llama_sampler_init_dry tokenizes breaker strings with a model's).
+_DRY_TESTING = "_Z30llama_sampler_init_dry_testingffiiRKSt6vectorIS_IiSaIiEESaIS1_EE"
+
+
+def _init_dry_tokens(
+    multiplier: float, base: float, allowed_length: int, last_n: int, breakers: list[list[int]]
+) -> Any:
+    if not breakers or not (
+        np.float32(multiplier) != 0.0 and np.float32(base) >= 1.0 and last_n > 0
+    ):
+        # the testing entry point would write into the empty sampler's state when DRY is
+        # disabled; the C API reads no vocabulary without breakers
+        return _lib().llama_sampler_init_dry(
+            None, multiplier, base, allowed_length, last_n, None, 0
+        )
+    fn = getattr(_lib().llama_cpp._lib, _DRY_TESTING)
+    fn.argtypes = [
+        ctypes.c_float,
+        ctypes.c_float,
+        ctypes.c_int32,
+        ctypes.c_int32,
+        ctypes.POINTER(_StdVector),
+    ]
+    fn.restype = _lib().llama_sampler_p_ctypes
+    # the callee copies the tokens, so these buffers only need to outlive the call
+    rows = [(ctypes.c_int32 * max(len(b), 1))(*b) for b in breakers]
+    inner = (_StdVector * max(len(rows), 1))()
+    for vec, row, breaker in zip(inner, rows, breakers, strict=True):
+        start = ctypes.addressof(row)
+        vec.begin, vec.end = start, start + 4 * len(breaker)
+        vec.cap = vec.end
+    start = ctypes.addressof(inner)
+    outer = _StdVector(start, start + ctypes.sizeof(_StdVector) * len(rows), 0)
+    outer.cap = outer.end
+    return fn(multiplier, base, allowed_length, last_n, ctypes.byref(outer))
+
+
+def _chain(specs: list[SamplerSpec], vocab: Any = None) -> LlamaSamplerHandle:
     lib = _lib()
+    for i, spec in enumerate(specs):  # llama.cpp would dereference a null vocabulary
+        if vocab is None and spec.name == "dry" and spec.params["breaker_strings"]:
+            raise SamplingError(
+                "SMP_PARAM",
+                "DRY breaker strings need a vocabulary",
+                field=f"spec[{i}].breaker_strings",
+                index=i,
+            )
     chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
     for spec in specs:
-        lib.llama_sampler_chain_add(chain, _init_member(spec))
+        lib.llama_sampler_chain_add(chain, _init_member(spec, vocab))
     return LlamaSamplerHandle(chain, [s.name for s in specs])
 
 
 def _common_entries(prm: Mapping[str, Any]) -> list[SamplerSpec]:
     """common_sampler_init's chain (common/sampling.cpp), written against llama.cpp's names."""
-    if np.float32(prm["dry_multiplier"]) != 0.0:
-        raise SamplingError(
-            "SMP_UNSUPPORTED", "DRY needs a model vocabulary", field="params.dry_multiplier"
-        )
-    if np.float32(prm["xtc_probability"]) > 0.0 and np.float32(prm["xtc_threshold"]) <= 0.5:
-        raise SamplingError("SMP_UNSUPPORTED", "XTC is not exposed", field="params.xtc_probability")
     keep = prm["min_keep"]
     table = {
         "penalties": SamplerSpec(
@@ -144,13 +218,31 @@ def _common_entries(prm: Mapping[str, Any]) -> list[SamplerSpec]:
                 "present": prm["penalty_present"],
             },
         ),
-        "dry": SamplerSpec("dry", {"multiplier": prm["dry_multiplier"]}),
+        "dry": SamplerSpec(
+            "dry",
+            {
+                "multiplier": prm["dry_multiplier"],
+                "base": prm["dry_base"],
+                "allowed_length": prm["dry_allowed_length"],
+                "penalty_last_n": prm["dry_penalty_last_n"],
+                "breakers": prm["dry_sequence_breakers"],
+                "breaker_strings": [],
+            },
+        ),
         "top_n_sigma": SamplerSpec("top_n_sigma", {"n": prm["top_n_sigma"]}),
         "top_k": SamplerSpec("top_k", {"k": prm["top_k"]}),
         "typ_p": SamplerSpec("typical", {"p": prm["typ_p"], "min_keep": keep}),
         "top_p": SamplerSpec("top_p", {"p": prm["top_p"], "min_keep": keep}),
         "min_p": SamplerSpec("min_p", {"p": prm["min_p"], "min_keep": keep}),
-        "xtc": SamplerSpec("xtc", {"p": prm["xtc_probability"], "t": prm["xtc_threshold"]}),
+        "xtc": SamplerSpec(
+            "xtc",
+            {
+                "p": prm["xtc_probability"],
+                "t": prm["xtc_threshold"],
+                "min_keep": keep,
+                "seed": prm["seed"],
+            },
+        ),
         "temperature": SamplerSpec(
             "temp_ext",
             {
@@ -161,8 +253,44 @@ def _common_entries(prm: Mapping[str, Any]) -> list[SamplerSpec]:
         ),
     }
     out = [SamplerSpec("logit_bias", {"biases": prm["logit_bias"]})] if prm["logit_bias"] else []
-    out += [table[kind] for kind in prm["samplers"]]
-    out.append(SamplerSpec("dist", {"seed": prm["seed"]}))
+    if prm["mirostat"] == 1:
+        if prm["n_vocab"] is None:
+            raise SamplingError(
+                "SMP_PARAM", "mirostat 1 needs llama_vocab_n_tokens", field="params.n_vocab"
+            )
+        mirostat = {"n_vocab": prm["n_vocab"], "m": 100}
+        return [
+            *out,
+            SamplerSpec("temp", {"t": prm["temp"]}),
+            SamplerSpec(
+                "mirostat",
+                {"seed": prm["seed"], "tau": prm["mirostat_tau"], "eta": prm["mirostat_eta"]}
+                | mirostat,
+            ),
+        ]
+    if prm["mirostat"] == 2:
+        return [
+            *out,
+            SamplerSpec("temp", {"t": prm["temp"]}),
+            SamplerSpec(
+                "mirostat_v2",
+                {"seed": prm["seed"], "tau": prm["mirostat_tau"], "eta": prm["mirostat_eta"]},
+            ),
+        ]
+    out += [table[kind] for kind in prm["samplers"] if kind != "adaptive_p"]
+    if "adaptive_p" in prm["samplers"]:  # adaptive-p, when listed, replaces dist at the end
+        out.append(
+            SamplerSpec(
+                "adaptive_p",
+                {
+                    "target": prm["adaptive_target"],
+                    "decay": prm["adaptive_decay"],
+                    "seed": prm["seed"],
+                },
+            )
+        )
+    else:
+        out.append(SamplerSpec("dist", {"seed": prm["seed"]}))
     return out
 
 
@@ -199,6 +327,10 @@ class LlamaCppSampling:
 
     def sampler_chain_init(self, spec: Any) -> LlamaSamplerHandle:
         return _chain(chainspec.parse_chain(spec))
+
+    def sampler_chain_init_vocab(self, spec: Any, vocab: Any) -> LlamaSamplerHandle:
+        """``vocab``: a model of the tokenizer area (``load_vocab``/``load_model``)."""
+        return _chain(chainspec.parse_chain(spec), vocab._vocab)
 
     def sampler_chain_init_default(
         self, params: Mapping[str, Any] | None = None

@@ -21,6 +21,12 @@ class Reference:
     def sampler_chain_init(self, spec: Any) -> Chain:
         return chain.build_chain(spec)
 
+    def sampler_chain_init_vocab(self, spec: Any, vocab: Any) -> Chain:
+        from reference_impl.tokenizer import BaseTokenizer
+
+        tokenizer = vocab if isinstance(vocab, BaseTokenizer) else vocab._tok()
+        return chain.build_chain(spec, vocab=tokenizer)
+
     def sampler_chain_init_default(self, params: Mapping[str, Any] | None = None) -> Chain:
         return chain.build_common_chain(params)
 

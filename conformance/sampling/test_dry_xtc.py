@@ -1,0 +1,315 @@
+"""DRY (SMP-080) and XTC (SMP-081): exact small cases and properties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.fixtures.gguf_models import fixture_path
+from conformance.gate import cached
+from conformance.sampling.support import candidates, chain_of, describe, from_probs, same_array
+from conformance.strategies.sampling import seeds, token_arrays
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+DRY_CAPS = ("sampling.chain", "sampling.dry")
+XTC_CAPS = ("sampling.chain", "sampling.xtc")
+
+
+def dry_entry(**params: Any) -> list[Any]:
+    return ["dry", {"multiplier": 0.8, "base": 1.75, "allowed_length": 2} | params]
+
+
+def after_history(target: Any, spec: Any, history: list[int], cur: TokenDataArray) -> Any:
+    with chain_of(target, spec) as handle:
+        for token in history:
+            target.sampler_accept(handle, token)
+        return target.sampler_apply(handle, cur)
+
+
+def penalty(multiplier: float, base: float, exponent: int) -> np.float32:
+    """multiplier * std::pow(base, exponent): float parameters, double power, one rounding."""
+    return F32(float(F32(multiplier)) * float(F32(base)) ** exponent)
+
+
+def penalised(n: int, rows: dict[int, np.float32]) -> np.ndarray:
+    """The logits of an all-zero row of ``n`` after subtracting ``rows[token]``."""
+    out = np.zeros(n, F32)
+    for token, amount in rows.items():
+        out[token] = F32(F32(0.0) - amount)
+    return out
+
+
+# (id, params, history, {token: penalty exponent})
+DRY_CASES: list[tuple[str, dict[str, Any], list[int], dict[int, int]]] = [
+    ("repeat-2", {"penalty_last_n": 20}, [1, 2, 3, 1, 2], {3: 0}),
+    ("repeat-3", {"penalty_last_n": 20}, [1, 2, 3, 4, 1, 2, 3], {4: 1}),
+    ("too-short", {"penalty_last_n": 20}, [1, 2, 3, 1], {}),
+    ("window-keeps-it", {"penalty_last_n": 6}, [1, 2, 3, 9, 1, 2], {3: 0}),
+    ("window-drops-it", {"penalty_last_n": 5}, [1, 2, 3, 9, 1, 2], {}),
+    ("breaker-newest", {"penalty_last_n": 20, "breakers": [[3]]}, [1, 2, 3, 4, 1, 2, 3], {}),
+    (
+        "breaker-caps",
+        {"penalty_last_n": 20, "allowed_length": 1, "breakers": [[2]]},
+        [1, 2, 3, 4, 1, 2, 3],
+        {4: 0},
+    ),
+    (
+        "two-token-breaker",
+        {"penalty_last_n": 20, "allowed_length": 1, "breakers": [[7, 2]]},
+        [1, 2, 3, 4, 1, 7, 2, 3],
+        {4: 0},
+    ),
+    ("single-token-breaker-spared", {"penalty_last_n": 20, "allowed_length": 1, "breakers": [[5]]}, [1, 5, 2, 1], {}),
+    ("single-token-breaker-absent", {"penalty_last_n": 20, "allowed_length": 1}, [1, 5, 2, 1], {5: 0}),
+    ("longest-wins", {"penalty_last_n": 20, "allowed_length": 1}, [4, 1, 2, 5, 2, 6, 1, 2], {5: 1, 6: 0}),
+]  # fmt: skip
+
+
+@pytest.mark.invariant("SMP-080")
+@pytest.mark.requires(*DRY_CAPS)
+@pytest.mark.parametrize("case", DRY_CASES, ids=[c[0] for c in DRY_CASES])
+def test_dry_exact_penalties(target: Any, case: tuple[str, dict[str, Any], list[int], Any]) -> None:
+    _, params, history, exponents = case
+    entry = dry_entry(**params)
+    cur = candidates(np.zeros(10, F32))
+    out = after_history(target, [entry], history, cur)
+    base, mult = entry[1]["base"], entry[1]["multiplier"]
+    expected = penalised(10, {t: penalty(mult, base, e) for t, e in exponents.items()})
+    assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.p, cur.p), describe(out)
+    assert np.array_equal(out.logits, expected), f"{describe(out)}\nexpected {expected.tolist()}"
+
+
+@pytest.mark.invariant("SMP-080")
+@pytest.mark.requires(*DRY_CAPS)
+def test_dry_marks_unsorted_and_caps_the_exponent(target: Any) -> None:
+    # 300 equal tokens: repeat length 299 over allowed 0; base 3 caps the exponent at
+    # int(88.7228391 / logf(3)) = 80, so the penalty stays finite
+    cur = TokenDataArray(np.arange(8, dtype=np.int32), np.zeros(8, F32), np.zeros(8, F32), -1, True)
+    entry = dry_entry(base=3.0, allowed_length=0, penalty_last_n=300)
+    out = after_history(target, [entry], [5] * 300, cur)
+    assert not out.sorted
+    assert out.logits[5] == F32(-penalty(0.8, 3.0, 80)) and np.isfinite(out.logits[5])
+    assert np.count_nonzero(out.logits) == 1
+
+
+@pytest.mark.invariant("SMP-080", "SMP-011", "SMP-012")
+@pytest.mark.requires(*DRY_CAPS)
+def test_dry_history_accept_reset_clone(target: Any) -> None:
+    cur = candidates(np.zeros(10, F32))
+    with chain_of(target, [dry_entry(penalty_last_n=20)]) as handle:
+        for token in [1, 2, 3, 1, 2]:
+            target.sampler_accept(handle, token)
+        twin = target.sampler_clone(handle)
+        try:
+            assert target.sampler_apply(twin, cur).logits[3] < 0.0
+        finally:
+            target.sampler_free(twin)
+        target.sampler_reset(handle)
+        assert np.array_equal(target.sampler_apply(handle, cur).logits, cur.logits)
+
+
+@pytest.mark.invariant("SMP-080")
+@pytest.mark.requires(*DRY_CAPS)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"multiplier": 0.0},
+        {"base": 0.99},
+        {"penalty_last_n": 0},
+        {"penalty_last_n": -1},
+    ],
+    ids=["multiplier-0", "base-below-1", "last-n-0", "last-n-minus-1"],
+)
+def test_dry_disabled_forms(target: Any, params: dict[str, Any]) -> None:
+    cur = candidates(np.zeros(10, F32))
+    entry = dry_entry(penalty_last_n=20)
+    entry[1] = entry[1] | params
+    out = after_history(target, [entry], [1, 2, 3, 1, 2, 3, 1, 2], cur)
+    assert same_array(out, cur)
+
+
+@pytest.mark.invariant("SMP-080")
+@pytest.mark.requires(*DRY_CAPS)
+@given(
+    cur=token_arrays(1, 40, max_scale=3.0),
+    history=st.lists(st.integers(0, 6), max_size=60),
+    allowed=st.integers(0, 4),
+    last_n=st.integers(1, 64),
+)
+def test_dry_only_lowers_extending_tokens(
+    target: Any, cur: TokenDataArray, history: list[int], allowed: int, last_n: int
+) -> None:
+    out = after_history(
+        target, [dry_entry(allowed_length=allowed, penalty_last_n=last_n)], history, cur
+    )
+    assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.p, cur.p)
+    window = set(history[-last_n:])
+    changed = out.logits != cur.logits
+    assert np.all(out.logits[changed] < cur.logits[changed])
+    # a token can only extend a repeat it followed before, inside the window
+    assert set(out.ids[changed].tolist()) <= window, describe(out)
+
+
+# -- DRY breaker strings over the fixture vocabulary (SMP-087) ------------------------------
+
+STRINGS_CAPS = ("sampling.dry_strings", "sampling.dry", "tokenizer.vocab_only")
+TEXTS = (
+    "the cat sat: the cat sat: the cat",
+    'he said "ab" and "ab" and "ab"\nab\nab',
+    "*ab* *ab* *ab* er er er the other",
+    "xo xo xo xo xo xo xo xo",
+    "ka b ka b ka b ka",  # "a" + "▁b": the breaker "ab" as head and tokenized tail
+    "la ba la ba la ba la",
+)
+STRING_SETS: tuple[list[str], ...] = (
+    [],
+    ["\n", ":", '"', "*"],  # common's default breakers
+    ["ab"],
+    ["the cat"],
+    ["er", "o"],
+    ["x" * 50],  # cut to 40 bytes
+    [""],  # skipped
+)
+
+
+def fixture_vocab(engine: Any) -> Any:
+    return cached(engine, "load_vocab", str(fixture_path("mha")))
+
+
+def dry_after_text(
+    engine: Any, vocab: Any, strings: list[str], text: str, allowed: int
+) -> TokenDataArray:
+    history = engine.tokenize(vocab, text, add_special=False)
+    entry = dry_entry(allowed_length=allowed, penalty_last_n=64, breaker_strings=strings)
+    handle = engine.sampler_chain_init_vocab([entry], vocab)
+    try:
+        for token in history:
+            engine.sampler_accept(handle, token)
+        out: TokenDataArray = engine.sampler_apply(
+            handle, candidates(np.zeros(engine.vocab_size(vocab), F32))
+        )
+        return out
+    finally:
+        engine.sampler_free(handle)
+
+
+@pytest.mark.invariant("SMP-087", "SMP-080")
+@pytest.mark.requires(*STRINGS_CAPS)
+@pytest.mark.parametrize("strings", STRING_SETS, ids=[repr(s)[:24] for s in STRING_SETS])
+@pytest.mark.parametrize("allowed", [0, 1, 2])
+def test_dry_breaker_strings_match_peer(
+    target: Any, peer: Any, strings: list[str], allowed: int
+) -> None:
+    mine, theirs = fixture_vocab(target), fixture_vocab(peer)
+    for text in TEXTS:
+        a = dry_after_text(target, mine, strings, text, allowed)
+        b = dry_after_text(peer, theirs, strings, text, allowed)
+        assert np.array_equal(a.logits, b.logits), f"{text!r}\n{describe(a)}\n{describe(b)}"
+
+
+@pytest.mark.invariant("SMP-087")
+@pytest.mark.requires(*STRINGS_CAPS)
+def test_dry_breaker_string_caps_and_is_spared(target: Any) -> None:
+    vocab = fixture_vocab(target)
+    text = "ab: ab: ab: ab"
+    plain = dry_after_text(target, vocab, [], text, 1)
+    broken = dry_after_text(target, vocab, [":"], text, 1)
+    assert np.any(plain.logits < 0.0)
+    assert np.all(broken.logits >= plain.logits)
+    assert not np.array_equal(broken.logits, plain.logits)
+    colon = target.tokenize(vocab, ":", add_special=False)[-1]
+    assert broken.logits[colon] == 0.0
+
+
+# -- XTC -----------------------------------------------------------------------------------
+
+
+def xtc_entry(p: float, t: float, min_keep: int = 0, seed: int = 7) -> list[Any]:
+    return ["xtc", {"p": p, "t": t, "min_keep": min_keep, "seed": seed}]
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
+@pytest.mark.parametrize(
+    ("t", "min_keep", "kept"),
+    [
+        (0.25, 0, 1),  # every p is exactly 0.25: all at the threshold, the last one survives
+        (0.25, 1, 1),
+        (0.25, 2, 4),  # 4 - 3 = 1 row left < min_keep: no cut
+        (float(np.nextafter(F32(0.25), F32(1.0))), 0, 4),  # none above
+        (0.0, 0, 1),  # t = 0: every row is "above", only the last survives
+    ],
+)
+def test_xtc_threshold_boundary(target: Any, t: float, min_keep: int, kept: int) -> None:
+    cur = candidates(np.zeros(4, F32))
+    out = after_history(target, [xtc_entry(1.0, t, min_keep)], [], cur)
+    assert out.size == kept, describe(out)
+    assert out.sorted and np.all(out.p == F32(0.25))
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
+def test_xtc_keeps_the_least_likely_top_choice(target: Any) -> None:
+    cur = from_probs([0.1, 0.4, 0.2, 0.3])
+    out = after_history(target, [xtc_entry(1.0, 0.15)], [], cur)
+    # sorted: 1 (0.4), 3 (0.3), 2 (0.2), 0 (0.1); 0.4, 0.3, 0.2 are >= 0.15: keep from id 2
+    assert out.ids.tolist() == [2, 0], describe(out)
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
+@pytest.mark.parametrize(
+    "logits",
+    [[5.0, -np.inf, -np.inf], [2.0]],
+    ids=["one-finite", "single-row"],
+)
+def test_xtc_leaves_a_sole_choice(target: Any, logits: list[float]) -> None:
+    cur = candidates(np.array(logits, F32))
+    out = after_history(target, [xtc_entry(1.0, 0.1)], [], cur)
+    assert out.ids[0] == 0 and out.size == cur.size
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
+@pytest.mark.parametrize(("p", "t"), [(0.0, 0.1), (-1.0, 0.1), (1.0, 0.51)])
+def test_xtc_disabled_forms(target: Any, p: float, t: float) -> None:
+    cur = candidates(np.zeros(6, F32))
+    assert same_array(after_history(target, [xtc_entry(p, t)], [], cur), cur)
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS, "sampling.top_k")
+@given(cur=token_arrays(2, 60, max_scale=3.0), t=st.floats(0.0, 0.5), keep=st.integers(0, 5))
+def test_xtc_cut_is_a_suffix_after_the_top_choices(
+    target: Any, cur: TokenDataArray, t: float, keep: int
+) -> None:
+    full = after_history(target, [["top_k", {"k": cur.size}]], [], cur)  # sorted reference
+    out = after_history(target, [xtc_entry(1.0, t, keep)], [], cur)
+    dropped = full.size - out.size
+    assert out.sorted and out.ids.tolist() == full.ids[dropped:].tolist(), describe(out)
+    if dropped:
+        assert np.all(out.p[:1] >= F32(t)) and out.size >= keep
+        assert np.all(full.logits[:dropped] >= out.logits[0])
+
+
+@pytest.mark.invariant("SMP-081", "SMP-011", "SMP-012")
+@pytest.mark.requires(*XTC_CAPS)
+@given(seed=seeds(), p=st.floats(0.1, 0.9))
+def test_xtc_stream_single_rows_draw_nothing(target: Any, seed: int, p: float) -> None:
+    many = candidates(np.linspace(-1.0, 1.0, 12).astype(F32))
+    one = candidates(np.array([0.5], F32))
+    spec = [xtc_entry(p, 0.05, seed=seed)]
+    with chain_of(target, spec) as a, chain_of(target, spec) as b:
+        plain = [target.sampler_apply(a, many).size for _ in range(12)]
+        mixed = []
+        for _ in range(12):
+            assert target.sampler_apply(b, one).size == 1
+            mixed.append(target.sampler_apply(b, many).size)
+        assert plain == mixed
+        target.sampler_reset(a)
+        assert [target.sampler_apply(a, many).size for _ in range(12)] == plain

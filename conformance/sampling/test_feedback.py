@@ -1,0 +1,172 @@
+"""Mirostat v1/v2 (SMP-082) and adaptive-p (SMP-083): exact small cases and properties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.assertions import raises_code
+from conformance.sampling.support import candidates, chain_of, describe, from_probs
+from conformance.strategies.sampling import seeds, token_arrays
+from reference_impl.errors import SamplingError
+from reference_impl.sampling.token_data import TokenDataArray
+
+F32 = np.float32
+MIROSTAT_CAPS = ("sampling.chain", "sampling.mirostat", "sampling.mirostat_v2")
+ADAPTIVE_CAPS = ("sampling.chain", "sampling.adaptive_p")
+
+
+@pytest.mark.invariant("SMP-082")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+def test_mirostat_v2_mu_learns_and_resets(target: Any) -> None:
+    # surprises -log2 p = 1, 2, 3, 3; mu starts at 2 * tau = 2.5, so two rows stay. A sole
+    # candidate (surprise 0) moves mu to 2.5 - 1 * (0 - 1.25) = 3.75: then all four stay.
+    four = from_probs([0.5, 0.25, 0.125, 0.125])
+    one = candidates(np.array([0.0], F32))
+    spec = [["mirostat_v2", {"seed": 3, "tau": 1.25, "eta": 1.0}]]
+    with chain_of(target, spec) as fresh, chain_of(target, spec) as taught:
+        assert target.sampler_apply(fresh, four).size == 2
+        out = target.sampler_apply(taught, one)
+        assert out.size == 1 and out.selected == 0
+        grown = target.sampler_apply(taught, four)
+        assert grown.size == 4, describe(grown)
+        target.sampler_reset(taught)
+        assert target.sampler_apply(taught, four).size == 2
+
+
+@pytest.mark.invariant("SMP-082")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["mirostat", {"n_vocab": 8, "seed": 1, "m": 1}],  # no ratio to fit: k is NaN
+        ["mirostat", {"n_vocab": 8, "seed": 1}],  # flat: s = 0, k overflows
+    ],
+    ids=["m-1", "flat"],
+)
+def test_mirostat_v1_degenerate_fits_keep_one_row(target: Any, entry: Any) -> None:
+    out = None
+    with chain_of(target, [entry]) as handle:
+        for _ in range(3):
+            out = target.sampler_apply(handle, candidates(np.zeros(8, F32)))
+            assert out.size == 1 and out.selected == 0 and out.p[0] == F32(1.0), describe(out)
+
+
+@pytest.mark.invariant("SMP-082")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+@given(
+    cur=token_arrays(1, 80, max_scale=4.0),
+    seed=seeds(),
+    tau=st.floats(0.5, 8.0),
+    eta=st.floats(0.0, 1.0),
+    version=st.sampled_from(["mirostat", "mirostat_v2"]),
+)
+def test_mirostat_selects_from_a_sorted_renormalised_head(
+    target: Any, cur: TokenDataArray, seed: int, tau: float, eta: float, version: str
+) -> None:
+    params: dict[str, Any] = {"seed": seed, "tau": tau, "eta": eta}
+    if version == "mirostat":
+        params["n_vocab"] = cur.size
+    with chain_of(target, [[version, params]]) as handle:
+        for _ in range(3):
+            out = target.sampler_apply(handle, cur)
+            assert 1 <= out.size <= cur.size and out.sorted
+            assert 0 <= out.selected < out.size
+            assert np.all(np.diff(out.logits) <= 0)
+            assert abs(float(np.sum(out.p, dtype=np.float64)) - 1.0) < 1e-5
+            # the head: the kept rows are the highest logits of the input
+            assert out.logits[-1] >= np.sort(cur.logits)[::-1][out.size - 1]
+
+
+@pytest.mark.invariant("SMP-086")
+@pytest.mark.requires(*MIROSTAT_CAPS, "sampling.adaptive_p", "sampling.input_checks")
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["mirostat", {"n_vocab": 4, "seed": 1}],
+        ["mirostat_v2", {"seed": 1}],
+        ["adaptive_p", {"target": 0.5, "decay": 0.5, "seed": 1}],
+    ],
+    ids=["v1", "v2", "adaptive-p"],
+)
+def test_selection_without_a_finite_logit_is_refused(target: Any, entry: Any) -> None:
+    hopeless = candidates(np.full(4, -np.inf, F32))
+    ok = candidates(np.array([0.0, 1.0, 2.0, 3.0], F32))
+    with chain_of(target, [entry]) as a, chain_of(target, [entry]) as b:
+        with raises_code("SMP_NO_MASS", field="logits", exc=SamplingError):
+            target.sampler_apply(a, hopeless)
+        # the refused call changed nothing: both chains continue alike
+        for _ in range(4):
+            x, y = target.sampler_apply(a, ok), target.sampler_apply(b, ok)
+            assert x.selected == y.selected and x.size == y.size
+
+
+# -- adaptive-p ----------------------------------------------------------------------------
+
+INV_WIDTH = F32(F32(1.0) / F32(0.3))
+
+
+def shaped(p: float, goal: float) -> np.float32:
+    """adaptive-p's transform of one probability, in float: 5 - 10 d^2 / (1 + d)."""
+    d = abs(F32(F32(F32(p) - F32(goal)) * INV_WIDTH))
+    return F32(F32(5.0) - F32(F32(F32(F32(10.0) * d) * d) / F32(F32(1.0) + d)))
+
+
+@pytest.mark.invariant("SMP-083")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
+def test_adaptive_p_transform_and_moving_average(target: Any) -> None:
+    flat = candidates(np.zeros(4, F32))  # p = 0.25 each, exactly
+    spec = [["adaptive_p", {"target": 0.5, "decay": 0.75, "seed": 9}]]
+    with chain_of(target, spec) as handle:
+        # start: average = target, so the adapted target is 2 * 0.5 - 0.5 = 0.5
+        out = target.sampler_apply(handle, flat)
+        assert np.all(out.logits == shaped(0.25, 0.5)) and np.all(out.p == F32(0.25))
+        assert 0 <= out.selected < 4
+        chosen = int(out.ids[out.selected])
+        target.sampler_accept(handle, (chosen + 1) % 4)  # not the selection: no update
+        out = target.sampler_apply(handle, flat)
+        assert np.all(out.logits == shaped(0.25, 0.5)), describe(out)
+        target.sampler_accept(handle, int(out.ids[out.selected]))
+        # sum = 0.25 + 0.75 * 2 = 1.75, weight = 1 + 0.75 * 4 = 4: adapted = 1 - 0.4375
+        out = target.sampler_apply(handle, flat)
+        assert np.all(out.logits == shaped(0.25, 0.5625)), describe(out)
+        target.sampler_reset(handle)
+        out = target.sampler_apply(handle, flat)
+        assert np.all(out.logits == shaped(0.25, 0.5))
+
+
+@pytest.mark.invariant("SMP-083")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
+def test_adaptive_p_keeps_masked_rows_and_negative_target_samples_plainly(target: Any) -> None:
+    cur = candidates(np.array([0.0, 0.0, -np.inf, -np.inf], F32))
+    with chain_of(target, [["adaptive_p", {"target": 0.5, "decay": 0.9, "seed": 1}]]) as h:
+        out = target.sampler_apply(h, cur)
+        assert out.logits.tolist() == [5.0, 5.0, -np.inf, -np.inf] and out.selected in (0, 1)
+    rising = candidates(np.array([0.0, 1.0, 2.0], F32))
+    with chain_of(target, [["adaptive_p", {"target": -1.0, "decay": 0.9, "seed": 1}]]) as h:
+        out = target.sampler_apply(h, rising)
+        assert np.array_equal(out.logits, rising.logits) and not out.sorted
+        assert out.p[2] > out.p[1] > out.p[0] and abs(float(np.sum(out.p)) - 1.0) < 1e-6
+
+
+@pytest.mark.invariant("SMP-083")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
+@pytest.mark.parametrize(("decay", "same_as"), [(-1.0, 0.0), (5.0, 0.99)])
+@given(seed=seeds(), cur=token_arrays(2, 30, max_scale=2.0))
+def test_adaptive_p_decay_is_clamped(
+    target: Any, decay: float, same_as: float, seed: int, cur: TokenDataArray
+) -> None:
+    def run(d: float) -> list[list[float]]:
+        rows = []
+        with chain_of(target, [["adaptive_p", {"target": 0.3, "decay": d, "seed": seed}]]) as h:
+            for _ in range(5):
+                out = target.sampler_apply(h, cur)
+                target.sampler_accept(h, int(out.ids[out.selected]))
+                rows.append(out.logits.tolist())
+        return rows
+
+    assert run(decay) == run(same_as)
