@@ -99,6 +99,158 @@ def _output_always_tied(target: Any) -> Any:
     return target
 
 
+def _k_scale_from_min_byte(target: Any) -> Any:
+    # Q4_K / Q5_K sub-blocks 4..7: the top 2 bits of the scale come from the min's byte.
+    import reference_impl.model.dequant as dq
+
+    original = dq.k_scale_min
+
+    def k_scale_min(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sc, mn = original(packed)
+        sc = sc.copy()
+        sc[:, 4:] = (packed[:, 8:12] & 0xF) | ((packed[:, 4:8] >> 6) << 4)
+        return sc, mn
+
+    replace(dq.__name__, "k_scale_min", k_scale_min)
+    return target
+
+
+def _q5_high_bits_reversed(target: Any) -> Any:
+    # Q5_0 / Q5_1: bit 31 - j of qh taken as bit 4 of value j.
+    def q5_quants(blocks: np.ndarray, qh_at: int) -> np.ndarray:
+        qs = blocks[:, qh_at + 4 :]
+        low = np.concatenate([qs & 0xF, qs >> 4], axis=1)
+        high = np.unpackbits(blocks[:, qh_at : qh_at + 4], axis=1, bitorder="little")[:, ::-1]
+        return (low | (high << 4)).astype(np.float32)
+
+    replace("reference_impl.model.dequant", "_q5_quants", q5_quants)
+    return target
+
+
+def _iq4_grid_mirrored(target: Any) -> Any:
+    # IQ4_NL / IQ4_XS index the non-linear grid from its other end.
+    import reference_impl.model.dequant as dq
+
+    replace(dq.__name__, "IQ4_GRID", -dq.IQ4_GRID[::-1].copy())
+    return target
+
+
+def _ternary_digits_reversed(target: Any) -> Any:
+    # TQ1_0: the base-3 digits of each byte in reverse order.
+    import reference_impl.model.dequant as dq
+
+    original = dq._ternary_digits
+
+    def ternary_digits(q: np.ndarray, n_digits: int) -> np.ndarray:
+        out: np.ndarray = original(q, n_digits)[:, ::-1, :]
+        return out
+
+    replace(dq.__name__, "_ternary_digits", ternary_digits)
+    return target
+
+
+def _e8m0_not_halved(target: Any) -> Any:
+    # MXFP4: the scale 2^(e-127) is not halved, though the grid holds doubled E2M1 values.
+    import reference_impl.model.dequant as dq
+
+    original = dq.e8m0_half
+    replace(dq.__name__, "e8m0_half", lambda e: original(e) * np.float32(2.0))
+    return target
+
+
+def _bf16_rounded_through_f16(target: Any) -> Any:
+    # BF16 bits read as IEEE half floats.
+    replace(
+        "reference_impl.model.dequant",
+        "widen_bf16",
+        lambda raw: np.asarray(raw).reshape(-1).view("<f2").astype(np.float32),
+    )
+    return target
+
+
+def _split_duplicates_overwrite(target: Any) -> Any:
+    # A tensor stored in two parts: the later copy silently replaces the earlier one.
+    import reference_impl.model.gguf_loader as loader
+
+    def gather_tensors(parts: list[tuple[Any, Any]], meta: Any) -> dict[str, Any]:
+        tensors = {t.name: t for _, reader in parts for t in reader.tensors}
+        if len(parts) > 1 and meta.get_int("split.tensors.count") != len(tensors):
+            raise loader.ModelLoadError(
+                "GGUF_SPLIT_MISMATCH", "tensor count", field="split.tensors.count", index=0
+            )
+        return tensors
+
+    replace(loader.__name__, "gather_tensors", gather_tensors)
+    return target
+
+
+def _split_parts_numbered_from_zero(target: Any) -> Any:
+    # Parts looked up as <prefix>-0000k-of-0000N.gguf with k = split.no (0-based), not k + 1.
+    import reference_impl.model.gguf_loader as loader
+
+    replace(
+        loader.__name__,
+        "split_path",
+        lambda prefix, no, count: loader.Path(f"{prefix}-{no:05d}-of-{count:05d}.gguf"),
+    )
+    return target
+
+
+def _vocab_only_reads_tensors(target: Any) -> Any:
+    # vocab_only ignored: the tensors are read and checked anyway.
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.load_gguf
+
+    def load_gguf(path: Any, *, vocab_only: bool = False, check_tensors: bool = False) -> Any:
+        return original(path, check_tensors=check_tensors)
+
+    replace(loader.__name__, "load_gguf", load_gguf)
+    return target
+
+
+def _check_tensors_nan_only(target: Any) -> Any:
+    # check_tensors looks for NaN only: Inf values and scales pass.
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.check_tensor_data
+
+    def check_tensor_data(name: str, ggml_type: int, raw: np.ndarray, values: np.ndarray) -> None:
+        with np.errstate(invalid="ignore"):
+            original(name, ggml_type, raw, np.where(np.isinf(values), 0.0, values))
+
+    replace(loader.__name__, "check_tensor_data", check_tensor_data)
+    return target
+
+
+def _check_tensors_products(target: Any) -> Any:
+    # check_tensors judges MXFP4 by its dequantized values, not its stored exponent byte.
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.check_tensor_data
+
+    def check_tensor_data(name: str, ggml_type: int, raw: np.ndarray, values: np.ndarray) -> None:
+        original(name, -1, raw, values)
+
+    replace(loader.__name__, "check_tensor_data", check_tensor_data)
+    return target
+
+
+def _reader_errors_untyped(target: Any) -> Any:
+    # The GGUF reader's own exceptions escape untyped instead of becoming GGUF_MALFORMED.
+    import gguf
+
+    import reference_impl.model.gguf_loader as loader
+
+    def _open(path: Any) -> Any:
+        if not path.is_file():
+            raise loader.ModelLoadError("GGUF_FILE_NOT_FOUND", "no such file", field="path")
+        return gguf.GGUFReader(str(path), "r")
+
+    replace(loader.__name__, "_open", _open)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "model-output-always-tied",
@@ -149,5 +301,92 @@ MUTANTS = [
         "the loader accepts any general.architecture",
         kills=("GGUF-008",),
         apply=_any_architecture,
+    ),
+    Mutant(
+        "model-k-scale-from-min-byte",
+        "model",
+        "Q4_K/Q5_K sub-blocks 4..7 take the top bits of their 6-bit scale from the min's byte",
+        kills=("GGUF-043",),
+        apply=_k_scale_from_min_byte,
+    ),
+    Mutant(
+        "model-q5-high-bits-reversed",
+        "model",
+        "Q5_0/Q5_1 take bit 31 - j of qh as the fifth bit of value j",
+        kills=("GGUF-043",),
+        apply=_q5_high_bits_reversed,
+    ),
+    Mutant(
+        "model-iq4-grid-mirrored",
+        "model",
+        "IQ4_NL/IQ4_XS read the non-linear grid from its other end",
+        kills=("GGUF-043",),
+        apply=_iq4_grid_mirrored,
+    ),
+    Mutant(
+        "model-tq1-digits-reversed",
+        "model",
+        "TQ1_0 unpacks the base-3 digits of each byte in reverse order",
+        kills=("GGUF-043",),
+        apply=_ternary_digits_reversed,
+    ),
+    Mutant(
+        "model-mxfp4-scale-not-halved",
+        "model",
+        "MXFP4 multiplies the doubled E2M1 grid by 2^(e-127) instead of 2^(e-128)",
+        kills=("GGUF-043",),
+        apply=_e8m0_not_halved,
+    ),
+    Mutant(
+        "model-bf16-read-as-f16",
+        "model",
+        "BF16 tensors are read as IEEE half floats",
+        kills=("GGUF-043",),
+        apply=_bf16_rounded_through_f16,
+    ),
+    Mutant(
+        "model-split-duplicate-overwrites",
+        "model",
+        "a tensor stored in two parts of a split model is taken from the later part",
+        kills=("GGUF-040",),
+        apply=_split_duplicates_overwrite,
+        black_box=True,
+    ),
+    Mutant(
+        "model-split-parts-numbered-from-zero",
+        "model",
+        "split parts are looked up as -0000k- with k = split.no instead of split.no + 1",
+        kills=("GGUF-040",),
+        apply=_split_parts_numbered_from_zero,
+    ),
+    Mutant(
+        "model-vocab-only-reads-tensors",
+        "model",
+        "a vocab_only load reads and checks the tensors anyway",
+        kills=("GGUF-041",),
+        apply=_vocab_only_reads_tensors,
+        black_box=True,
+    ),
+    Mutant(
+        "model-check-tensors-nan-only",
+        "model",
+        "check_tensors refuses NaN but lets Inf values and scales through",
+        kills=("GGUF-042",),
+        apply=_check_tensors_nan_only,
+        black_box=True,
+    ),
+    Mutant(
+        "model-check-tensors-mxfp4-products",
+        "model",
+        "check_tensors judges MXFP4 by its dequantized values instead of its exponent byte",
+        kills=("GGUF-042",),
+        apply=_check_tensors_products,
+    ),
+    Mutant(
+        "model-reader-errors-untyped",
+        "model",
+        "exceptions of the GGUF reader on a corrupt file escape untyped",
+        kills=("GGUF-045",),
+        apply=_reader_errors_untyped,
     ),
 ]

@@ -49,6 +49,25 @@ class Weights(LoadsModels, Protocol):
         ...
 
 
+class VocabOnly(LoadsModels, Protocol):
+    def load_model_vocab_only(self, path: str | os.PathLike[str]) -> ModelHandle:
+        """llama_model_params.vocab_only: the vocabulary, no tensor read or checked. The
+        tokenizer methods and ``vocab_info`` accept the handle (``model_info`` need not:
+        llama.cpp 0.3.36 leaves a vocab-only model's hyperparameters unset)."""
+        ...
+
+    def vocab_info(self, model: Any) -> Mapping[str, int]:
+        """``n_vocab``, ``bos`` and ``eos`` of a model, full or vocab-only."""
+        ...
+
+
+class CheckTensors(LoadsModels, Protocol):
+    def load_model_checked(self, path: str | os.PathLike[str]) -> ModelHandle:
+        """llama_model_params.check_tensors: as ``load_model``, and refuse a file whose tensor
+        data holds NaN or Inf (for block formats: a NaN/Inf scale)."""
+        ...
+
+
 class Errors(LoadsModels, Protocol):
     """``load_model`` refuses a bad file with an exception carrying the spec's stable
     ``code`` (``GGUF_*``, ``MODEL_*``) and ``field`` / ``index`` attributes."""
@@ -59,4 +78,6 @@ CAPABILITIES = (
     capability("model.forward", Forward, "full-sequence logits of one token sequence"),
     capability("model.weights", Weights, "the engine's dequantized tensors by GGUF name"),
     capability("model.errors", Errors, "load failures as typed errors with the spec's codes"),
+    capability("model.vocab_only", VocabOnly, "load only the vocabulary, no tensor"),
+    capability("model.check_tensors", CheckTensors, "load refusing NaN/Inf tensor data"),
 )

@@ -23,6 +23,19 @@ class LlamaCppModels:
 
         return LlamaCppModel(path)
 
+    def load_model_vocab_only(self, path: str | os.PathLike[str]) -> Any:
+        from conformance.targets.llamacpp.runtime import LlamaCppModel
+
+        return LlamaCppModel(path, vocab_only=True)
+
+    def vocab_info(self, model: Any) -> dict[str, int]:
+        return {"n_vocab": int(model.n_vocab), "bos": int(model.bos), "eos": int(model.eos)}
+
+    def load_model_checked(self, path: str | os.PathLike[str]) -> Any:
+        from conformance.targets.llamacpp.runtime import LlamaCppModel
+
+        return LlamaCppModel(path, check_tensors=True)
+
     def model_info(self, model: Any) -> dict[str, int]:
         info: dict[str, int] = model.info()
         return info
@@ -49,6 +62,23 @@ class LlamaCppModels:
     def token_to_piece(self, model: Any, token: int, special: bool = False) -> bytes:
         piece: bytes = model.token_to_piece(token, special)
         return piece
+
+    def load_vocab(self, path: str | os.PathLike[str]) -> Any:
+        """A ``vocab_only`` llama_model (no tensors read), one per file version."""
+        from pathlib import Path
+
+        from conformance.targets.llamacpp.runtime import LlamaCppModel
+
+        p = Path(path).resolve()
+        st = p.stat()
+        key = (str(p), st.st_mtime_ns, st.st_size)
+        cache: dict[Any, Any] = self.__dict__.setdefault("_llamacpp_vocabs", {})
+        if key not in cache:
+            cache[key] = LlamaCppModel(p, vocab_only=True)
+        return cache[key]
+
+    def vocab_size(self, vocab: Any) -> int:
+        return int(vocab.n_vocab)
 
     def detokenize(
         self,

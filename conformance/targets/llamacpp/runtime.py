@@ -76,12 +76,14 @@ class LlamaCppModel:
         *,
         vocab_only: bool = False,
         use_extra_bufts: bool = False,
+        check_tensors: bool = False,
     ) -> None:
         _init_backend()
         self.path = Path(path)
         params = lc.llama_model_default_params()
         params.n_gpu_layers = 0
         params.vocab_only = vocab_only
+        params.check_tensors = check_tensors  # refuse NaN/Inf tensor data (ggml_validate_row_data)
         # Extra CPU buffer types repack quantized weights for AMX / SIMD kernels. The bundled
         # build's AMX Q4_0/Q8_0 matmul segfaults on machines whose kernel does not grant AMX
         # tile state to the process, so the plain CPU path is the default here.

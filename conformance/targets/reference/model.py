@@ -33,6 +33,19 @@ class Reference:
             cache[key] = model
         return model
 
+    def load_model_vocab_only(self, path: str | os.PathLike[str]) -> Model:
+        from reference_impl.model import Model
+
+        return Model.from_gguf(Path(path), vocab_only=True)
+
+    def vocab_info(self, model: Any) -> dict[str, int]:
+        return {"n_vocab": model.n_vocab, "bos": model.bos, "eos": model.eos}
+
+    def load_model_checked(self, path: str | os.PathLike[str]) -> Model:
+        from reference_impl.model import Model
+
+        return Model.from_gguf(Path(path), check_tensors=True)
+
     def model_info(self, model: Any) -> dict[str, int]:
         hp = model.hparams
         return {
