@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conformance.assertions import raises_code
-from conformance.fixtures.gguf_models import FIXTURES, fixture_path, write_gguf
+from conformance.fixtures.gguf_models import FIXTURES, FixtureConfig, fixture_path, write_gguf
 
 pytestmark = pytest.mark.requires("model.load")
 
@@ -39,6 +39,16 @@ class Case:
 def _variant(**kwargs: Any) -> Callable[[Path], Path]:
     def build(tmp: Path) -> Path:
         return write_gguf(CFG, tmp / "variant.gguf", **kwargs)
+
+    return build
+
+
+def _wide_variant(**kwargs: Any) -> Callable[[Path], Path]:
+    """A variant of a model whose rows hold 256 values (room for one 256-value block)."""
+    wide = FixtureConfig("wide", n_embd=256, n_layer=1, n_head=4, n_head_kv=2, n_ff=256, seed=40)
+
+    def build(tmp: Path) -> Path:
+        return write_gguf(wide, tmp / "variant.gguf", **kwargs)
 
     return build
 
@@ -76,10 +86,12 @@ def _retype_array_items(
     return edit
 
 
-def _q4_1_tensor() -> tuple[np.ndarray, Any]:
-    values = np.full((CFG.n_head * CFG.head_dim, CFG.n_embd), 0.01, dtype=np.float32)
-    qtype = gguf.GGMLQuantizationType.Q4_1
-    return gguf.quants.quantize(values, qtype), qtype
+def _iq2_xxs_tensor() -> tuple[np.ndarray, Any]:
+    # IQ2_XXS packs 256 values per block (one block per row of the wide model's attn_q);
+    # llama.cpp computes with it, the reference does not implement its codebook.
+    qtype = gguf.GGMLQuantizationType.IQ2_XXS
+    raw = np.zeros((256, 66), dtype=np.uint8)
+    return raw, qtype
 
 
 CASES = [
@@ -200,12 +212,12 @@ CASES = [
         _variant(override_tensors={"token_embd.weight": np.zeros((100, CFG.n_embd), np.float32)}),
     ),
     Case(
-        "q4_1-tensor",
+        "iq2_xxs-tensor",
         "GGUF-014",
         "GGUF_UNSUPPORTED_TENSOR_TYPE",
         "blk.0.attn_q.weight",
-        _variant(override_tensors={"blk.0.attn_q.weight": _q4_1_tensor()}),
-        refused_by_llamacpp=False,  # llama.cpp computes with Q4_1
+        _wide_variant(override_tensors={"blk.0.attn_q.weight": _iq2_xxs_tensor()}),
+        refused_by_llamacpp=False,  # llama.cpp computes with IQ2_XXS
     ),
     Case(
         "extra-tensor",
@@ -215,11 +227,11 @@ CASES = [
         _variant(override_tensors={"blk.0.extra.weight": np.zeros((CFG.n_embd,), np.float32)}),
     ),
     Case(
-        "bpe-tokenizer",
+        "unknown-tokenizer",
         "GGUF-016",
         "GGUF_UNSUPPORTED_TOKENIZER",
         "tokenizer.ggml.model",
-        _variant(override_keys={"tokenizer.ggml.model": "gpt2"}),
+        _variant(override_keys={"tokenizer.ggml.model": "no-such-tokenizer"}),
     ),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from conformance.mutants import Mutant, replace
@@ -110,5 +111,406 @@ MUTANTS = [
         "detokenize does not remove the space the tokenizer prefixed",
         kills=("TOK-008", "TOK-009"),
         apply=_detokenize_keeps_first_space,
+    ),
+]
+
+
+# -- BPE ----------------------------------------------------------------------------------------
+
+
+def _merge_rank_off_by_one(target: Any) -> Any:
+    # The merge list is read from its second entry: every rank is one too small and the first
+    # merge never applies.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    original = BpeTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        ranks = {pair: i for i, pair in enumerate(vocab.merges[1:])}
+        object.__setattr__(self.vocab, "merge_ranks", ranks)
+
+    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _llama3_digit_pairs(target: Any) -> Any:
+    # Llama-3's \p{N}{1,3} groups digits by two.
+    from reference_impl.tokenizer import pretokenize
+
+    pretokenize._SCANNERS[pretokenize.LLAMA3] = pretokenize._scan_llama3_like(2)
+    return target
+
+
+def _gpt2_whitespace_greedy(target: Any) -> Any:
+    # \s+(?!\S) lost: a whitespace run keeps its last space instead of leaving it to the next word.
+    from reference_impl.tokenizer import pretokenize
+
+    def whitespace(cps: Any, pos: int, end: int, fl: Any) -> int:
+        n = 0
+        while fl(pos + n) & pretokenize.uni.WHITESPACE:
+            n += 1
+        return pos + max(n, 1)
+
+    replace(pretokenize.__name__, "_whitespace_gpt2", whitespace)
+    return target
+
+
+def _fallback_unicode_space(target: Any) -> Any:
+    # The std::regex fallback compiled with Python's Unicode \s (U+001C..U+001F count as spaces).
+    import re
+
+    from reference_impl.tokenizer import pretokenize
+
+    original = pretokenize._compile.__wrapped__
+
+    def _compile(regex: str) -> Any:
+        pattern, collapsed = original(regex)
+        return re.compile(pattern.pattern), collapsed
+
+    replace(pretokenize.__name__, "_compile", _compile)
+    return target
+
+
+def _no_ignore_merges(target: Any) -> Any:
+    # ignore_merges is dropped: Llama-3 words that are tokens are still merged piece by piece.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    original = BpeTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.vocab = dataclasses.replace(vocab, ignore_merges=False)
+
+    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _no_clean_spaces(target: Any) -> Any:
+    # detokenize never cleans spaces.
+    from reference_impl.tokenizer import vocab
+
+    replace(vocab.__name__, "clean_spaces", lambda text: text)
+    return target
+
+
+def _bpe_raw_pieces(target: Any) -> Any:
+    # BPE pieces are the token text's UTF-8, not the bytes its byte-alphabet characters stand for.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    BpeTokenizer._normal_piece = lambda self, text: text.encode()  # type: ignore[method-assign]
+    return target
+
+
+def _always_add_bos(target: Any) -> Any:
+    # BPE vocabularies add BOS whatever the pre type says.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    original = BpeTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.vocab = dataclasses.replace(vocab, add_bos=True)
+
+    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _special_merged_with_text(target: Any) -> Any:
+    # parse_special is ignored: control tokens are never split out of the text.
+    from reference_impl.tokenizer import BaseTokenizer
+
+    original = BaseTokenizer._partition
+
+    def _partition(self: Any, text: str, parse_special: bool) -> Any:
+        return original(self, text, False)
+
+    BaseTokenizer._partition = _partition  # type: ignore[method-assign]
+    return target
+
+
+def _merges_unchecked(target: Any) -> Any:
+    # The loader accepts merges that name unknown tokens and a missing merges key.
+    from reference_impl.tokenizer import vocab
+
+    def _read_merges(meta: Any, tokens: Any) -> Any:
+        raw = meta.get_array("tokenizer.ggml.merges", ("STRING",)) or []
+        return tuple(tuple(str(m).split(" ", 1)) for m in raw if " " in str(m))
+
+    replace(vocab.__name__, "_read_merges", _read_merges)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-bpe-merge-rank-off-by-one",
+        "tokenizer",
+        "BPE merge ranks are read one entry late (the first merge never applies)",
+        kills=("TOK-050", "TOK-057"),
+        apply=_merge_rank_off_by_one,
+    ),
+    Mutant(
+        "tok-llama3-digit-pairs",
+        "tokenizer",
+        "the Llama-3 pre-tokenizer groups digits by two instead of three",
+        kills=("TOK-050", "TOK-057"),
+        apply=_llama3_digit_pairs,
+    ),
+    Mutant(
+        "tok-gpt2-whitespace-greedy",
+        "tokenizer",
+        "the GPT-2 pre-tokenizer keeps a whole whitespace run (no \\s+(?!\\S) rule)",
+        kills=("TOK-050", "TOK-057"),
+        apply=_gpt2_whitespace_greedy,
+    ),
+    Mutant(
+        "tok-fallback-unicode-space",
+        "tokenizer",
+        "the std::regex fallback treats U+001C..U+001F as whitespace",
+        kills=("TOK-050",),
+        apply=_fallback_unicode_space,
+    ),
+    Mutant(
+        "tok-bpe-no-ignore-merges",
+        "tokenizer",
+        "Llama-3 pre types merge words that are tokens instead of emitting them whole",
+        kills=("TOK-050",),
+        apply=_no_ignore_merges,
+    ),
+    Mutant(
+        "tok-bpe-no-clean-spaces",
+        "tokenizer",
+        "BPE detokenize does not clean spaces",
+        kills=("TOK-056",),
+        apply=_no_clean_spaces,
+    ),
+    Mutant(
+        "tok-bpe-raw-pieces",
+        "tokenizer",
+        "BPE pieces are not mapped back through the byte alphabet",
+        kills=("TOK-059", "TOK-060"),
+        apply=_bpe_raw_pieces,
+    ),
+    Mutant(
+        "tok-bpe-always-bos",
+        "tokenizer",
+        "every BPE pre type adds BOS with add_special",
+        kills=("TOK-058",),
+        apply=_always_add_bos,
+    ),
+    Mutant(
+        "tok-control-not-split",
+        "tokenizer",
+        "parse_special does not split control tokens out of the text",
+        kills=("TOK-061",),
+        apply=_special_merged_with_text,
+    ),
+    Mutant(
+        "tok-merges-unchecked",
+        "tokenizer",
+        "the loader accepts missing merges and merges naming unknown tokens",
+        kills=("TOK-062",),
+        apply=_merges_unchecked,
+    ),
+]
+
+
+# -- WPM ----------------------------------------------------------------------------------------
+
+
+def _wpm_no_lowercase(target: Any) -> Any:
+    # WPM does not lower-case.
+    from reference_impl.tokenizer import wpm
+
+    original = wpm.split_words
+
+    def split_words(text: str, lowercase: bool, strip_accents: bool) -> list[str]:
+        return original(text, False, strip_accents)
+
+    replace(wpm.__name__, "split_words", split_words)
+    return target
+
+
+def _wpm_partial_unk(target: Any) -> Any:
+    # A word with an unmatched position keeps its matched pieces (UNK only for the rest).
+    from reference_impl.tokenizer import WpmTokenizer
+
+    def _word_pieces(self: Any, word: str) -> list[int]:
+        ids = self.vocab.token_to_id
+        out = []
+        i = 0
+        while i < len(word):
+            for j in range(len(word), i, -1):
+                if word[i:j] in ids:
+                    out.append(ids[word[i:j]])
+                    i = j
+                    break
+            else:
+                out.append(self.vocab.unk_id)
+                i += 1
+        return out
+
+    WpmTokenizer._word_pieces = _word_pieces  # type: ignore[method-assign]
+    return target
+
+
+def _wpm_lowercase_key_ignored(target: Any) -> Any:
+    # tokenizer.ggml.normalizer.lowercase is not read.
+    from reference_impl.tokenizer import WpmTokenizer
+
+    original = WpmTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.vocab = dataclasses.replace(vocab, lowercase=True, strip_accents=True)
+
+    WpmTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-wpm-no-lowercase",
+        "tokenizer",
+        "the WPM normalizer does not lower-case",
+        kills=("TOK-051", "TOK-064"),
+        apply=_wpm_no_lowercase,
+    ),
+    Mutant(
+        "tok-wpm-partial-unk",
+        "tokenizer",
+        "a WPM word with an unknown part keeps its known pieces instead of becoming one UNK",
+        kills=("TOK-051",),
+        apply=_wpm_partial_unk,
+    ),
+    Mutant(
+        "tok-wpm-lowercase-key-ignored",
+        "tokenizer",
+        "tokenizer.ggml.normalizer.lowercase = false is ignored",
+        kills=("TOK-065",),
+        apply=_wpm_lowercase_key_ignored,
+    ),
+]
+
+
+def _spm_eos_ignored(target: Any) -> Any:
+    # tokenizer.ggml.add_eos_token is not honoured by SPM.
+    from reference_impl.tokenizer import SpmTokenizer
+
+    original = SpmTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.vocab = dataclasses.replace(vocab, add_eos=False)
+
+    SpmTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-spm-eos-ignored",
+        "tokenizer",
+        "SPM ignores add_eos_token = true",
+        kills=("TOK-055",),
+        apply=_spm_eos_ignored,
+    ),
+]
+
+
+# -- UGM ----------------------------------------------------------------------------------------
+
+
+def _ugm_no_charsmap(target: Any) -> Any:
+    # The precompiled charsmap is ignored (no normalization).
+    from reference_impl.tokenizer.ugm import CharsMap
+
+    CharsMap.longest = lambda self, data, start: None  # type: ignore[method-assign]
+    return target
+
+
+def _ugm_ties_to_later(target: Any) -> Any:
+    # Viterbi keeps every unknown character as its own UNK (no collapsing of runs).
+    from reference_impl.tokenizer import UgmTokenizer
+
+    original = UgmTokenizer._viterbi
+
+    def _viterbi(self: Any, data: bytes) -> list[int]:
+        out: list[int] = original(self, data)
+        return [t for t in out for _ in range(2 if t == self.vocab.unk_id else 1)]
+
+    UgmTokenizer._viterbi = _viterbi  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-ugm-no-charsmap",
+        "tokenizer",
+        "UGM ignores the precompiled charsmap",
+        kills=("TOK-052", "TOK-069"),
+        apply=_ugm_no_charsmap,
+    ),
+    Mutant(
+        "tok-ugm-unk-runs",
+        "tokenizer",
+        "UGM does not collapse a run of unknown characters into one UNK",
+        kills=("TOK-052",),
+        apply=_ugm_ties_to_later,
+    ),
+]
+
+
+# -- RWKV ---------------------------------------------------------------------------------------
+
+
+def _rwkv_shortest_first(target: Any) -> Any:
+    # RWKV takes the shortest matching token instead of the longest.
+    from reference_impl.tokenizer import RwkvTokenizer
+
+    original = RwkvTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.max_len = 1
+
+    RwkvTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-rwkv-shortest-match",
+        "tokenizer",
+        "RWKV matches one byte at a time instead of the longest token",
+        kills=("TOK-053",),
+        apply=_rwkv_shortest_first,
+    ),
+]
+
+
+def _plamo2_keeps_bom(target: Any) -> Any:
+    # PLaMo-2 keeps a leading U+FEFF instead of dropping it.
+    from reference_impl.tokenizer import Plamo2Tokenizer
+
+    def tokenize(
+        self: Any, text: str, add_special: bool = True, parse_special: bool = False
+    ) -> Any:
+        out: list[int] = []
+        for frag in self._partition(text, parse_special):
+            out += [frag] if isinstance(frag, int) else self._encode(frag)
+        return out
+
+    Plamo2Tokenizer.tokenize = tokenize  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-plamo2-keeps-bom",
+        "tokenizer",
+        "PLaMo-2 does not drop a leading U+FEFF",
+        kills=("TOK-054",),
+        apply=_plamo2_keeps_bom,
     ),
 ]

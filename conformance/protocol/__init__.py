@@ -40,7 +40,10 @@ BLACK_BOX: frozenset[str] = frozenset(
     {
         "model.load",
         "model.forward",
+        "model.vocab_only",
+        "model.check_tensors",
         "tokenizer.tokenize",
+        "tokenizer.vocab_only",
         "decoder.params",
         "decoder.logits",
         "decoder.batch_rules",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -26,6 +27,20 @@ class Tokenize(LoadsModels, Protocol):
     ) -> bytes: ...
 
 
+class LoadsVocab(Tokenize, Protocol):
+    """A GGUF file's vocabulary alone (llama.cpp's ``vocab_only`` load), for vocabulary
+    fixtures that carry no tensors. The handle is accepted by the :class:`Tokenize` methods."""
+
+    def load_vocab(self, path: str | os.PathLike[str]) -> Any: ...
+
+    def vocab_size(self, vocab: Any) -> int: ...
+
+
 CAPABILITIES = (
     capability("tokenizer.tokenize", Tokenize, "tokenize, token pieces and detokenize"),
+    capability(
+        "tokenizer.vocab_only",
+        LoadsVocab,
+        "load a vocabulary-only GGUF file (BPE and other families) and tokenize with it",
+    ),
 )

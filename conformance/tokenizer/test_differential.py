@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 
 from conformance.gate import cached
+from conformance.strategies.tokenizer import unicode_texts
 from conformance.tokenizer.test_spm import CORPUS, texts, words
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize")
@@ -57,4 +58,221 @@ def test_every_piece_matches_peer(target: Any, tok_model: Any, peer: Any, peer_m
         for special in (False, True):
             assert target.token_to_piece(tok_model, token, special) == peer.token_to_piece(
                 peer_model, token, special
+            ), (token, special)
+
+
+# -- BPE fixtures (vocabulary-only) ------------------------------------------------------------
+
+
+@pytest.fixture
+def peer_bpe_vocab(peer: Any, bpe_path: Path) -> Any:
+    return cached(peer, "load_vocab", str(bpe_path))
+
+
+def _same_vocab_only(target: Any, vocab: Any, peer: Any, peer_vocab: Any, text: str) -> None:
+    for add_special in (False, True):
+        for parse_special in (False, True):
+            ours = target.tokenize(vocab, text, add_special, parse_special)
+            theirs = peer.tokenize(peer_vocab, text, add_special, parse_special)
+            assert ours == theirs, (text, add_special, parse_special)
+    for remove in (False, True):
+        for unparse in (False, True):
+            assert target.detokenize(vocab, ours, remove, unparse) == peer.detokenize(
+                peer_vocab, ours, remove, unparse
+            ), (text, remove, unparse)
+
+
+@pytest.mark.invariant("TOK-063")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_bpe_corpus_matches_peer(
+    target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any
+) -> None:
+    from conformance.tokenizer.test_bpe import BPE_CORPUS, WORDS
+
+    for text in [*BPE_CORPUS, *(w[1] for w in WORDS)]:
+        _same_vocab_only(target, bpe_vocab, peer, peer_bpe_vocab, text)
+
+
+@pytest.mark.invariant("TOK-063")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_bpe_generated_texts_match_peer(
+    target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any, text: str
+) -> None:
+    _same_vocab_only(target, bpe_vocab, peer, peer_bpe_vocab, text)
+
+
+@pytest.mark.invariant("TOK-063")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_bpe_every_piece_matches_peer(
+    target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any
+) -> None:
+    n_vocab = target.vocab_size(bpe_vocab)
+    assert n_vocab == peer.vocab_size(peer_bpe_vocab)
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(bpe_vocab, token, special) == peer.token_to_piece(
+                peer_bpe_vocab, token, special
+            ), (token, special)
+
+
+# -- WordPiece fixture (vocabulary-only) -------------------------------------------------------
+
+
+@pytest.fixture
+def wpm_pair(target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import wpm_vocab_path
+
+    path = str(wpm_vocab_path())
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-066")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_wpm_corpus_matches_peer(target: Any, peer: Any, wpm_pair: tuple[Any, Any]) -> None:
+    from conformance.tokenizer.test_wpm import WPM_CORPUS
+
+    for text in WPM_CORPUS:
+        _same_vocab_only(target, wpm_pair[0], peer, wpm_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-066")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_wpm_generated_texts_match_peer(
+    target: Any, peer: Any, wpm_pair: tuple[Any, Any], text: str
+) -> None:
+    _same_vocab_only(target, wpm_pair[0], peer, wpm_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-066")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_wpm_every_piece_matches_peer(target: Any, peer: Any, wpm_pair: tuple[Any, Any]) -> None:
+    ours, theirs = wpm_pair
+    n_vocab = target.vocab_size(ours)
+    assert n_vocab == peer.vocab_size(theirs)
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
+            ), (token, special)
+
+
+# -- Unigram fixtures (vocabulary-only) --------------------------------------------------------
+
+
+@pytest.fixture(params=["ugm", "ugm-raw"])
+def ugm_pair(request: Any, target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import ugm_vocab_path
+
+    path = str(ugm_vocab_path(request.param))
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-070")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_ugm_corpus_matches_peer(target: Any, peer: Any, ugm_pair: tuple[Any, Any]) -> None:
+    from conformance.tokenizer.test_ugm import UGM_CORPUS
+
+    for text in UGM_CORPUS:
+        _same_vocab_only(target, ugm_pair[0], peer, ugm_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-070")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_ugm_generated_texts_match_peer(
+    target: Any, peer: Any, ugm_pair: tuple[Any, Any], text: str
+) -> None:
+    _same_vocab_only(target, ugm_pair[0], peer, ugm_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-070")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_ugm_every_piece_matches_peer(target: Any, peer: Any, ugm_pair: tuple[Any, Any]) -> None:
+    ours, theirs = ugm_pair
+    n_vocab = target.vocab_size(ours)
+    assert n_vocab == peer.vocab_size(theirs)
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
+            ), (token, special)
+
+
+# -- RWKV fixture (vocabulary-only) ------------------------------------------------------------
+
+
+@pytest.fixture
+def rwkv_pair(target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import rwkv_vocab_path
+
+    path = str(rwkv_vocab_path())
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-071")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_rwkv_generated_texts_match_peer(
+    target: Any, peer: Any, rwkv_pair: tuple[Any, Any], text: str
+) -> None:
+    _same_vocab_only(target, rwkv_pair[0], peer, rwkv_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-071")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_rwkv_corpus_and_pieces_match_peer(
+    target: Any, peer: Any, rwkv_pair: tuple[Any, Any]
+) -> None:
+    from conformance.tokenizer.test_rwkv import RWKV_CORPUS
+
+    ours, theirs = rwkv_pair
+    for text in RWKV_CORPUS:
+        _same_vocab_only(target, ours, peer, theirs, text)
+    n_vocab = target.vocab_size(ours)
+    assert n_vocab == peer.vocab_size(theirs)
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
+            ), (token, special)
+
+
+# -- PLaMo-2 fixture (vocabulary-only) ---------------------------------------------------------
+
+
+@pytest.fixture
+def plamo2_pair(target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import plamo2_vocab_path
+
+    path = str(plamo2_vocab_path())
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-072")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_plamo2_generated_texts_match_peer(
+    target: Any, peer: Any, plamo2_pair: tuple[Any, Any], text: str
+) -> None:
+    _same_vocab_only(target, plamo2_pair[0], peer, plamo2_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-072")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_plamo2_corpus_and_pieces_match_peer(
+    target: Any, peer: Any, plamo2_pair: tuple[Any, Any]
+) -> None:
+    from conformance.tokenizer.test_plamo2 import PLAMO2_CORPUS
+
+    ours, theirs = plamo2_pair
+    for text in PLAMO2_CORPUS:
+        _same_vocab_only(target, ours, peer, theirs, text)
+    n_vocab = target.vocab_size(ours)
+    assert n_vocab == peer.vocab_size(theirs)
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
             ), (token, special)

@@ -22,7 +22,7 @@ from reference_impl.model import gguf_loader, llama
 from reference_impl.model.gguf_loader import HParams, ModelWeights
 from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
 from reference_impl.native import NativeDecodeStep
-from reference_impl.tokenizer import SpmTokenizer
+from reference_impl.tokenizer import BaseTokenizer, make_tokenizer
 
 __all__ = [
     "AttentionFn",
@@ -43,7 +43,7 @@ class Model:
         self.weights = weights
         self.hparams: HParams = weights.hparams
         self.graph = llama.LlamaForward(weights, attention=attention)
-        self.tokenizer = SpmTokenizer(weights.vocab) if weights.vocab is not None else None
+        self.tokenizer = make_tokenizer(weights.vocab) if weights.vocab is not None else None
         self._native: NativeDecodeStep | None = None
 
     @classmethod
@@ -53,17 +53,21 @@ class Model:
         *,
         n_threads: int | None = None,
         attention: AttentionFn | None = None,
+        vocab_only: bool = False,
+        check_tensors: bool = False,
     ) -> Model:
-        """Load a llama GGUF file (F32/F16/Q8_0/Q4_0 tensors, dequantized to float32).
+        """Load a llama GGUF file (tensors of any type in ``dequant.TYPE_NAMES``, as float32).
 
         ``n_threads`` sets torch's (process-wide) intra-op thread count; ``attention`` swaps
         the attention kernel (default: torch SDPA with native GQA). Raises
         :class:`~reference_impl.errors.ModelLoadError` with a ``GGUF_*`` code naming the key
-        or tensor at fault.
+        or tensor at fault. ``vocab_only`` / ``check_tensors`` are llama_model_params' options:
+        load no tensors (the model tokenizes but cannot run) / refuse NaN or Inf tensor data.
         """
         if n_threads is not None:
             set_threads(n_threads)
-        return cls(gguf_loader.load_gguf(path), attention=attention)
+        weights = gguf_loader.load_gguf(path, vocab_only=vocab_only, check_tensors=check_tensors)
+        return cls(weights, attention=attention)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -93,7 +97,7 @@ class Model:
 
     # -- tokenizer ----------------------------------------------------------------------------
 
-    def _tok(self) -> SpmTokenizer:
+    def _tok(self) -> BaseTokenizer:
         if self.tokenizer is None:
             raise EngineError(
                 "TOK_NO_VOCAB", "this model has no vocabulary (no_vocab)", field="tokenizer"
@@ -126,7 +130,16 @@ class Model:
         self, tokens: Sequence[int] | np.ndarray, output_rows: Sequence[int] | None = None
     ) -> torch.Tensor:
         """Full-sequence logits ``[n_rows, n_vocab]`` (positions 0.., causal, no cache)."""
+        self._require_tensors()
         return self.graph.forward(tokens, output_rows)
+
+    def _require_tensors(self) -> None:
+        if self.weights.vocab_only:
+            raise EngineError(
+                "MODEL_VOCAB_ONLY",
+                "the model was loaded vocab_only: it has no tensors",
+                field="model",
+            )
 
     def forward_ubatch(
         self,
@@ -143,6 +156,7 @@ class Model:
     ) -> torch.Tensor:
         """One cached step; see :meth:`LlamaForward.forward_ubatch` (``attention`` overrides
         the model's attention for this call)."""
+        self._require_tensors()
         return self.graph.forward_ubatch(
             positions=positions,
             kv_write=kv_write,

@@ -1,7 +1,7 @@
 """Load a llama-family GGUF file into :class:`ModelWeights` (hyperparameters + float32 tensors).
 
-Parsing uses the ``gguf`` package (``GGUFReader``); tensors stored as F32, F16, Q8_0 or Q4_0
-are dequantized to float32 at load (:mod:`reference_impl.model.dequant`). What is read, and
+Parsing uses the ``gguf`` package (``GGUFReader``); tensors (F32, F16, BF16 and the block
+formats of :mod:`reference_impl.model.dequant`) are dequantized to float32 at load. What is read, and
 how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` /
 ``load_arch_tensors``):
 
@@ -16,6 +16,11 @@ how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` 
 * ``output.weight`` is optional: without it the output projection is ``token_embd`` (tied);
 * every other tensor must be present with the expected shape, and no extra tensor may exist.
 
+Loader options, as in ``llama_model_params``: ``vocab_only`` stops after the hyperparameters and
+the vocabulary (no tensor is checked or read); ``check_tensors`` refuses a tensor holding a
+NaN or Inf value. A split model (``split.count`` > 1) is loaded from its first part
+``<prefix>-00001-of-0000N.gguf``; the other parts are found by name and hold tensors only.
+
 Every failure is a :class:`~reference_impl.errors.ModelLoadError` whose ``code`` is one of
 ``LOAD_ERROR_CODES`` and whose ``field`` names the key or tensor at fault.
 """
@@ -23,6 +28,7 @@ Every failure is a :class:`~reference_impl.errors.ModelLoadError` whose ``code``
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +39,7 @@ import torch
 from reference_impl.errors import ModelLoadError
 from reference_impl.model import dequant
 from reference_impl.spec_links import implements
-from reference_impl.tokenizer import SpmVocab
+from reference_impl.tokenizer import SpmVocab, load_vocab
 
 SUPPORTED_ARCHS = ("llama",)
 SUPPORTED_TYPES = tuple(dequant.TYPE_NAMES)
@@ -46,11 +52,15 @@ LOAD_ERROR_CODES = (
     "GGUF_KEY_TYPE",  # a metadata key has the wrong value type
     "GGUF_INVALID_HPARAM",  # hyperparameters that contradict each other or are out of range
     "GGUF_UNSUPPORTED_FEATURE",  # a feature this reference does not implement
-    "GGUF_UNSUPPORTED_TOKENIZER",  # tokenizer.ggml.model other than llama / no_vocab
+    "GGUF_UNSUPPORTED_TOKENIZER",  # a tokenizer.ggml.model / .pre the reference lacks
     "GGUF_MISSING_TENSOR",  # a required tensor is absent
     "GGUF_UNEXPECTED_TENSOR",  # a tensor the architecture does not use
-    "GGUF_UNSUPPORTED_TENSOR_TYPE",  # a tensor stored in a type other than F32/F16/Q8_0/Q4_0
+    "GGUF_UNSUPPORTED_TENSOR_TYPE",  # a tensor stored in a type dequant does not implement
     "GGUF_SHAPE_MISMATCH",  # a tensor whose shape disagrees with the hyperparameters
+    "GGUF_TENSOR_NOT_FINITE",  # check_tensors: a NaN/Inf value (or block scale) in a tensor
+    "GGUF_SPLIT_MISSING",  # a part of a split model is not a file
+    "GGUF_SPLIT_MISMATCH",  # split.* metadata that disagrees with the file name or across parts
+    "GGUF_DUPLICATE_TENSOR",  # a tensor name stored twice (in two parts of a split model)
 )
 
 
@@ -117,6 +127,8 @@ class ModelWeights:
     vocab: SpmVocab | None
     tensor_types: dict[str, str] = field(default_factory=dict)  # name -> "F32" / "Q4_0" / ...
     metadata: dict[str, Any] = field(default_factory=dict)  # scalar general.* keys
+    vocab_only: bool = False  # loaded without tensors: the tensor fields are empty
+    files: tuple[Path, ...] = ()  # every file read, the first part of a split model first
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -255,43 +267,9 @@ class _Meta:
 
 @implements("GGUF-009", "GGUF-016")
 def _read_vocab(meta: _Meta) -> tuple[SpmVocab | None, int | None]:
-    """(vocabulary or None for no_vocab, its size or None)."""
-    model = meta.get_str("tokenizer.ggml.model")
-    if model in ("no_vocab", "none"):
-        return None, None
-    if model != "llama":
-        raise _err(
-            "GGUF_UNSUPPORTED_TOKENIZER",
-            f"tokenizer.ggml.model {model!r} is not supported (only 'llama' SPM and 'no_vocab')",
-            "tokenizer.ggml.model",
-        )
-    tokens = meta.get_array("tokenizer.ggml.tokens", ("STRING",))
-    if tokens is None:
-        raise _err("GGUF_MISSING_KEY", "the token list is missing", "tokenizer.ggml.tokens")
-    n = len(tokens)
-    scores = meta.get_array("tokenizer.ggml.scores", ("FLOAT32", "INT32"))
-    types = meta.get_array("tokenizer.ggml.token_type", ("INT32",))
-    for key, arr in (("tokenizer.ggml.scores", scores), ("tokenizer.ggml.token_type", types)):
-        if arr is not None and len(arr) < n:
-            raise _err("GGUF_INVALID_HPARAM", f"{key} has {len(arr)} entries for {n} tokens", key)
-    vocab = SpmVocab(
-        tokens=tuple(tokens),
-        scores=tuple(float(s) for s in scores[:n]) if scores is not None else (0.0,) * n,
-        types=tuple(int(t) for t in types[:n]) if types is not None else (1,) * n,
-        bos_id=meta.get_int("tokenizer.ggml.bos_token_id", 1),
-        eos_id=meta.get_int("tokenizer.ggml.eos_token_id", 2),
-        unk_id=meta.get_int("tokenizer.ggml.unknown_token_id", 0),
-        add_bos=meta.get_bool("tokenizer.ggml.add_bos_token", True),
-        add_eos=meta.get_bool("tokenizer.ggml.add_eos_token", False),
-        add_space_prefix=meta.get_bool("tokenizer.ggml.add_space_prefix", True),
-    )
-    for key, tid in (
-        ("tokenizer.ggml.bos_token_id", vocab.bos_id),
-        ("tokenizer.ggml.eos_token_id", vocab.eos_id),
-    ):
-        if not 0 <= tid < n:
-            raise _err("GGUF_INVALID_HPARAM", f"{key} = {tid} is outside [0, {n})", key)
-    return vocab, n
+    """(vocabulary or None for no_vocab, its size or None); the tokenizer package reads it."""
+    vocab = load_vocab(meta)
+    return vocab, None if vocab is None else vocab.n_tokens
 
 
 @implements("GGUF-001", "GGUF-008", "GGUF-011")
@@ -418,7 +396,7 @@ def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-@implements("GGUF-006", "GGUF-007")
+@implements("GGUF-006", "GGUF-007", "GGUF-045")
 def _open(path: Path) -> Any:
     import gguf
 
@@ -438,14 +416,157 @@ def _open(path: Path) -> Any:
     return reader
 
 
+# -- split models -----------------------------------------------------------------------------
+
+SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$")
+
+
+def split_path(prefix: str, no: int, count: int) -> Path:
+    """File of part ``no`` (0-based) of ``count``: ``<prefix>-%05d-of-%05d.gguf``, 1-based."""
+    return Path(f"{prefix}-{no + 1:05d}-of-{count:05d}.gguf")
+
+
+def _split_err(code: str, message: str, field_name: str, part: int) -> ModelLoadError:
+    return ModelLoadError(code, message, field=field_name, index=part)
+
+
+@implements("GGUF-040")
+def open_parts(path: Path, reader: Any) -> list[tuple[Path, Any]]:
+    """``[(file, reader)]`` of every part of the model whose first file is ``path`` (just
+    ``path`` when ``split.count`` is absent or 1). The parts are named after the first one; each
+    must carry ``split.no`` = its index and, when present, the same ``split.count``. Errors
+    name the key in ``field`` and the part (0-based ``split.no``) in ``index``."""
+    meta = _Meta(reader)
+    count = meta.get_int("split.count", 1)
+    if count <= 1:
+        return [(path, reader)]
+    if meta.get_int("split.no") != 0:
+        raise _split_err(
+            "GGUF_SPLIT_MISMATCH",
+            f"{path} is part {meta.get_int('split.no')} of a split model; load the first part",
+            "split.no",
+            0,
+        )
+    name = SPLIT_NAME.match(path.name)
+    if name is None or (int(name["no"]), int(name["count"])) != (1, count):
+        raise _split_err(
+            "GGUF_SPLIT_MISMATCH",
+            f"{path.name} is not named <prefix>-00001-of-{count:05d}.gguf (split.count {count})",
+            "path",
+            0,
+        )
+    prefix = str(path.parent / name["prefix"])
+    parts = [(path, reader)]
+    for no in range(1, count):
+        part = split_path(prefix, no, count)
+        if not part.is_file():
+            raise _split_err(
+                "GGUF_SPLIT_MISSING", f"part {no + 1} of {count} is missing: {part}", "path", no
+            )
+        part_reader = _open(part)
+        part_meta = _Meta(part_reader)
+        if not part_meta.has("split.no"):
+            raise _split_err("GGUF_MISSING_KEY", f"{part} has no split.no key", "split.no", no)
+        for key, want in (("split.no", no), ("split.count", count)):
+            got = part_meta.get_int(key, want if key == "split.count" else None)
+            if got != want:
+                raise _split_err(
+                    "GGUF_SPLIT_MISMATCH", f"{part} has {key} = {got}, expected {want}", key, no
+                )
+        parts.append((part, part_reader))
+    return parts
+
+
+@implements("GGUF-040")
+def gather_tensors(parts: list[tuple[Path, Any]], meta: _Meta) -> dict[str, Any]:
+    """Tensor name -> tensor over every part; a name stored twice is refused, and a split
+    model's ``split.tensors.count`` must equal the number of tensors found."""
+    tensors: dict[str, Any] = {}
+    for no, (part, reader) in enumerate(parts):
+        for t in reader.tensors:
+            if t.name in tensors:
+                raise _split_err(
+                    "GGUF_DUPLICATE_TENSOR",
+                    f"tensor {t.name!r} is stored twice ({part})",
+                    t.name,
+                    no,
+                )
+            tensors[t.name] = t
+    if len(parts) > 1:
+        want = meta.get_int("split.tensors.count")
+        if want != len(tensors):
+            raise _split_err(
+                "GGUF_SPLIT_MISMATCH",
+                f"split.tensors.count is {want} but the {len(parts)} parts hold {len(tensors)}",
+                "split.tensors.count",
+                0,
+            )
+    return tensors
+
+
+@implements("GGUF-042")
+def check_tensor_data(name: str, ggml_type: int, raw: np.ndarray, values: np.ndarray) -> None:
+    """``check_tensors``: refuse a tensor whose stored data holds NaN or Inf, naming it and the
+    first value at fault (flat index, numpy order).
+
+    The rule is about stored numbers, as llama.cpp's ``ggml_validate_row_data``: float values,
+    and the fp16 scale fields of block formats. Every value of a block involves its scales
+    (``d·q``, ``d·q + m``, ``d·sc·q − dmin·mn``; inf·0 is NaN) and finite fp16 scales give
+    finite values, so for those formats "a dequantized value is NaN/Inf" is the same test.
+    MXFP4 differs: its E8M0 byte 0xFF is the NaN scale, while a finite exponent of 254 can
+    still overflow float32 once multiplied (llama.cpp accepts that)."""
+    if ggml_type == dequant.GGML_MXFP4:
+        nan_scale = np.asarray(raw, dtype=np.uint8).reshape(-1, 17)[:, 0] == 0xFF
+        bad = np.repeat(nan_scale, dequant.QK)
+        what = "blocks with the NaN E8M0 scale 0xFF"
+    else:
+        bad = ~np.isfinite(values.reshape(-1))
+        what = "NaN/Inf values"
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise ModelLoadError(
+            "GGUF_TENSOR_NOT_FINITE",
+            f"tensor {name!r} holds {what} (first value at fault: {first})",
+            field=name,
+            index=first,
+        )
+
+
+@implements("GGUF-041")
+def vocab_only_weights(
+    p: Path, hp: HParams, vocab: SpmVocab | None, files: tuple[Path, ...]
+) -> ModelWeights:
+    """The model a ``vocab_only`` load returns: hyperparameters and vocabulary, no tensors."""
+    empty = torch.empty(0, hp.n_embd)
+    return ModelWeights(
+        path=p,
+        hparams=hp,
+        token_embd=empty,
+        output_norm=torch.empty(0),
+        output=None,
+        layers=(),
+        vocab=vocab,
+        vocab_only=True,
+        files=files,
+    )
+
+
 @implements("GGUF-005", "GGUF-012", "GGUF-013", "GGUF-014", "GGUF-015")
-def load_gguf(path: str | os.PathLike[str]) -> ModelWeights:
-    """Read, validate and dequantize a llama GGUF file. Raises ModelLoadError."""
+def load_gguf(
+    path: str | os.PathLike[str], *, vocab_only: bool = False, check_tensors: bool = False
+) -> ModelWeights:
+    """Read, validate and dequantize a llama GGUF file (the first part of a split model).
+    ``vocab_only``: hyperparameters and vocabulary only; ``check_tensors``: refuse NaN/Inf
+    tensor data. Raises ModelLoadError."""
     p = Path(path)
     reader = _open(p)
     meta = _Meta(reader)
-    tensors = {t.name: t for t in reader.tensors}
+    split_parts = open_parts(p, reader)
+    tensors = gather_tensors(split_parts, meta)
     hp, vocab = read_hparams(meta, set(tensors))
+    files = tuple(part for part, _ in split_parts)
+    if vocab_only:
+        return vocab_only_weights(p, hp, vocab, files)
     expected = expected_tensor_shapes(hp)
 
     for name in tensors:
@@ -482,6 +603,8 @@ def load_gguf(path: str | os.PathLike[str]) -> ModelWeights:
                 name,
             )
         values = dequant.dequantize(t.data, ggml_type, tuple(reversed(shape)))
+        if check_tensors:
+            check_tensor_data(name, ggml_type, t.data, values)
         loaded[name] = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
         types[name] = dequant.TYPE_NAMES[ggml_type]
 
@@ -505,4 +628,5 @@ def load_gguf(path: str | os.PathLike[str]) -> ModelWeights:
         vocab=vocab,
         tensor_types=types,
         metadata=metadata,
+        files=files,
     )

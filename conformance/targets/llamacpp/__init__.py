@@ -37,7 +37,10 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
         {
             "model.load",
             "model.forward",
+            "model.vocab_only",
+            "model.check_tensors",
             "tokenizer.tokenize",
+            "tokenizer.vocab_only",
             "decoder.params",
             "decoder.logits",
             "decoder.memory_ops",
@@ -51,6 +54,7 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
             "decoder.graph_reuse",
             "sampling.chain",
             "sampling.default_chain",
+            "sampling.dry_strings",
             *SAMPLERS,
             "allocator.linear",
             "allocator.planner",

@@ -12,7 +12,10 @@ if TYPE_CHECKING:
     def _conforms(t: LlamaCppTarget) -> None:
         _o1: model.LoadsModels = t
         _o2: model.Forward = t
+        _o3: model.VocabOnly = t
+        _o4: model.CheckTensors = t
         _t1: tokenizer.Tokenize = t
+        _t2: tokenizer.LoadsVocab = t
         _d1: decoder.Params = t
         _d2: decoder.Logits = t
         _d3: decoder.MemoryOps = t
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
         _d11: decoder.GraphReuse = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
+        _s3: sampling.DryStrings = t
         _a1: allocator.Linear = t
         _a2: allocator.Planning = t
         _a3: allocator.CtxTensors = t

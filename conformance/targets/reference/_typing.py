@@ -82,6 +82,8 @@ if TYPE_CHECKING:
         _d17: decoder.Pooling = t
         _d18: decoder.GraphReuse = t
         _c1: decoupled.Cache = t
+        _c2: decoupled.Model = t
+        _c3: decoupled.Runner = t
         _k1: kernels.GqaDecode = t
         _k2: kernels.DecoupledDecode = t
         _v1: kv.Cache = t
@@ -96,9 +98,13 @@ if TYPE_CHECKING:
         _o2: model.Forward = t
         _o3: model.Weights = t
         _o4: model.Errors = t
+        _o5: model.VocabOnly = t
+        _o6: model.CheckTensors = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
         _s3: sampling.InputChecks = t
         _s4: sampling.Candidates = t
         _s5: sampling.Selector = t
+        _s6: sampling.DryStrings = t
         _t1: tokenizer.Tokenize = t
+        _t2: tokenizer.LoadsVocab = t

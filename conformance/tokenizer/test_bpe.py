@@ -1,0 +1,348 @@
+"""The BPE (``gpt2``) tokenizer over the vocabulary-only BPE fixtures, one per pre type:
+goldens, word-boundary rules, an independent HF ``tokenizers`` oracle, pieces, clean-up,
+round trips and special-token partitioning."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.assertions import raises_code
+from conformance.fixtures.vocabularies import (
+    BPE_PRE_TYPES,
+    CONTROL,
+    EOT,
+    IGNORE_MERGES_PROBE,
+    PAD,
+    SEP,
+    USER_DEFINED,
+    bpe_vocab,
+    write_bpe_gguf,
+)
+from conformance.strategies.tokenizer import ascii_texts, unicode_texts
+from conformance.tokenizer import hf_oracle
+
+pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
+
+TOKENS, TYPES, MERGES = bpe_vocab()
+EOT_ID, PAD_ID, SEP_ID = TOKENS.index(EOT), TOKENS.index(PAD), TOKENS.index(SEP)
+# Pre types whose detokenize leaves spaces alone (llama.cpp turns clean_spaces off for them).
+NO_CLEAN = ("deepseek-llm", "deepseek-coder", "qwen2", "gpt-4o", "command-r")
+# Pre types that add BOS by default (the Llama-3 family).
+ADDS_BOS = ("llama-bpe",)
+
+BPE_CORPUS = [
+    "",
+    " ",
+    "  ",
+    "   ",
+    "\t",
+    "\n",
+    "\n\n",
+    "\n\n\n",
+    "\t\n",
+    "Hello world",
+    " Hello world",
+    "Hello World",
+    " Hello World!",
+    "Hello, world!",
+    " this is 🦙.cpp",
+    "w048 7tuijk dsdfhu",
+    "нещо на Български",
+    "ក្រុមហ៊ុនដែលមានចំណោម",
+    "🚀 (normal) 😶‍🌫️ (multiple emojis concatenated) ✅ (only emoji that has its own token)",
+    "3 33 333 3333 33333 333333 3333333 33333333 333333333",
+    "Cửa Việt ied 4 ½ months Äpfel",
+    "don't I'm we'RE they've she'll he'd it's DON'T",
+    "  leading, trailing  \n\n  x",
+    "a ' b 's ? ! . , 't 're",
+    "def f(x):\n\treturn x**2  # square\r\n",
+    "$+<=>^`|~ 1+1=2",
+    "日本語のテキストと한국어",
+    "<|sep|>sep<|endoftext|>eot<|pad|>",
+    "x<|endoftext|> y <|sep|>",
+    " zzzz x\x1ca a\x1c",
+]
+
+
+def _ends(pieces: list[bytes]) -> set[int]:
+    out, pos = set(), 0
+    for p in pieces:
+        pos += len(p)
+        out.add(pos)
+    return out
+
+
+def _pieces(target: Any, vocab: Any, ids: list[int]) -> list[bytes]:
+    return [target.token_to_piece(vocab, i, True) for i in ids]
+
+
+@pytest.mark.invariant("TOK-050")
+def test_golden_bpe_tokenization(target: Any, bpe_vocab: Any, snapshot: Any) -> None:
+    got = {
+        f"{text!r} add_special={a} parse_special={p}": target.tokenize(bpe_vocab, text, a, p)
+        for text in BPE_CORPUS
+        for a in (False, True)
+        for p in (False, True)
+    }
+    assert got == snapshot
+
+
+# (pre type, text, its words by the pre type's rules in spec/tokenizer.md)
+WORDS = [
+    ("gpt-2", "Hello world's  12 ab!!\n", ["Hello", " world", "'s", " ", " 12", " ab", "!!", "\n"]),
+    ("olmo", "it'S x", ["it", "'", "S", " x"]),  # contractions are case-sensitive here
+    ("llama-bpe", "1234567 don'T\n\n  x", ["123", "456", "7", " don", "'T", "\n\n", " ", " x"]),
+    ("qwen2", "x1234", ["x", "1", "2", "3", "4"]),
+    ("deepseek-coder", "ab12 cd", ["ab", "1", "2", " cd"]),
+    # U+001C is not whitespace to llama.cpp (the fixture has a token "\x1ca" to show it)
+    ("deepseek-coder", "x\x1ca a\x1c", ["x", "\x1c", "a", " a", "\x1c"]),
+    ("gpt-2", "x\x1ca", ["x", "\x1c", "a"]),
+    ("deepseek-llm", "héllo 日本語 12345  ", ["h", "é", "llo", " ", "日本語", " ", "12345", "  "]),
+    ("starcoder", "a 12345", ["a", " ", "1", "2", "3", "4", "5"]),
+    ("refact", "a 12", ["a", " ", "1", "2"]),
+    ("command-r", "a 12", ["a", " ", "1", "2"]),
+    ("falcon", "x 1234567", ["x", " ", "123", "456", "7"]),
+    ("gpt-4o", "HelloWorld ABCdef 12345", ["Hello", "World", " ABCdef", " ", "123", "45"]),
+    ("default", "a+b=12345", ["a", "+", "b", "=", "123", "45"]),
+    ("mpt", "a  b", ["a", " ", " b"]),
+]
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize(
+    ("bpe_pre", "text", "words"), WORDS, ids=[w[0] for w in WORDS], indirect=["bpe_pre"]
+)
+def test_tokens_never_cross_words(
+    target: Any, bpe_vocab: Any, bpe_pre: str, text: str, words: list[str]
+) -> None:
+    """Every word boundary of the pre type's rules is a token boundary."""
+    assert "".join(words) == text
+    pieces = _pieces(target, bpe_vocab, target.tokenize(bpe_vocab, text, False, False))
+    assert b"".join(pieces) == text.encode()
+    want = _ends([w.encode() for w in words])
+    assert want <= _ends(pieces), (bpe_pre, pieces)
+
+
+@pytest.mark.invariant("TOK-050")
+def test_ignore_merges(target: Any, bpe_vocab: Any, bpe_pre: str) -> None:
+    """Llama-3 pre types emit a word that is a token whole, even when no merge builds it."""
+    probe = TOKENS.index(IGNORE_MERGES_PROBE)
+    ids = target.tokenize(bpe_vocab, " zzzz", False, False)
+    if bpe_pre in ADDS_BOS:
+        assert ids == [probe]
+    else:
+        assert probe not in ids
+        assert len(ids) > 1
+
+
+@pytest.mark.invariant("TOK-057")
+@pytest.mark.parametrize("bpe_pre", list(hf_oracle.HF_PRE), indirect=True)
+@given(text=ascii_texts)
+def test_matches_hf_tokenizers_on_ascii(
+    target: Any, bpe_vocab: Any, bpe_path: Path, bpe_pre: str, text: str
+) -> None:
+    got = target.tokenize(bpe_vocab, text, False, False)
+    assert got == hf_oracle.tokenize(bpe_path, bpe_pre, text), repr(text)
+
+
+@pytest.mark.invariant("TOK-058")
+def test_bos_by_pre_type(target: Any, bpe_vocab: Any, bpe_pre: str) -> None:
+    plain = target.tokenize(bpe_vocab, "Hello world", False, False)
+    special = target.tokenize(bpe_vocab, "Hello world", True, False)
+    assert EOT_ID not in plain
+    if bpe_pre in ADDS_BOS:
+        assert special == [EOT_ID, *plain]
+        assert target.tokenize(bpe_vocab, "", True, False) == [EOT_ID]
+    else:
+        assert special == plain
+        assert target.tokenize(bpe_vocab, "", True, False) == []
+    assert target.tokenize(bpe_vocab, "", False, False) == []
+
+
+def _gpt2_alphabet() -> dict[str, int]:
+    """GPT-2's byte alphabet, written from its definition: printable Latin-1 bytes keep their
+    code point, the remaining bytes take U+0100, U+0101, ... in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    rest = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(0x100 + k): b for k, b in enumerate(rest)})
+    return table
+
+
+@pytest.mark.invariant("TOK-059")
+@pytest.mark.parametrize("bpe_pre", ["gpt-2"], indirect=True)
+def test_bpe_pieces(target: Any, bpe_vocab: Any) -> None:
+    alphabet = _gpt2_alphabet()
+    n = target.vocab_size(bpe_vocab)
+    assert n == len(TOKENS)
+    for tid in range(n):
+        text, ttype = TOKENS[tid], TYPES[tid]
+        if ttype == CONTROL:
+            assert target.token_to_piece(bpe_vocab, tid, False) == b"", text
+            assert target.token_to_piece(bpe_vocab, tid, True) == text.encode(), text
+        elif ttype == USER_DEFINED:
+            for special in (False, True):
+                assert target.token_to_piece(bpe_vocab, tid, special) == text.encode(), text
+        else:
+            want = bytes(alphabet[c] for c in text)
+            for special in (False, True):
+                assert target.token_to_piece(bpe_vocab, tid, special) == want, text
+
+
+CLEAN = [
+    ("Hello , world !", "Hello, world!"),
+    ("x  ?", "x ?"),
+    ("a . b ,c", "a. b,c"),
+    ("said ' hi ' and", "said'hi'and"),
+    ("it 's I 'm we 're they 've", "it's I'm we're they've"),
+    ("don 't I 'd we 'll", "don 't I 'd we 'll"),
+    (" ?x", "?x"),
+]
+
+
+@pytest.mark.invariant("TOK-056")
+@pytest.mark.parametrize("bpe_pre", ["gpt-2", "qwen2"], indirect=True)
+@pytest.mark.parametrize(("text", "cleaned"), CLEAN)
+def test_detokenize_clean_spaces(
+    target: Any, bpe_vocab: Any, bpe_pre: str, text: str, cleaned: str
+) -> None:
+    ids = target.tokenize(bpe_vocab, text, False, False)
+    want = text if bpe_pre in NO_CLEAN else cleaned
+    assert target.detokenize(bpe_vocab, ids, False, False) == want.encode()
+
+
+_CLEAN_TRIGGER = re.compile(r" (?=[?!.,'])")
+
+
+def _no_specials(text: str) -> str:
+    while "<|" in text:
+        text = text.replace("<|", "<")
+    return text
+
+
+def _no_clean_triggers(text: str) -> str:
+    while _CLEAN_TRIGGER.search(text):
+        text = _CLEAN_TRIGGER.sub("", text)
+    return text
+
+
+@pytest.mark.invariant("TOK-060")
+@given(text=unicode_texts)
+def test_bpe_round_trip(target: Any, bpe_vocab: Any, bpe_pre: str, text: str) -> None:
+    """Byte-level BPE loses nothing: detokenize gives the text back (minus the spaces
+    clean_spaces removes, which the text is kept free of where it is on)."""
+    text = _no_specials(text)
+    if bpe_pre not in NO_CLEAN:
+        text = _no_clean_triggers(text)
+    ids = target.tokenize(bpe_vocab, text, False, True)
+    assert ids == target.tokenize(bpe_vocab, text, False, True)  # deterministic
+    for remove in (False, True):
+        assert target.detokenize(bpe_vocab, ids, remove, False) == text.encode(), repr(text)
+
+
+@pytest.mark.invariant("TOK-061")
+@given(
+    left=unicode_texts,
+    right=unicode_texts,
+    special=st.sampled_from([EOT, PAD, SEP]),
+    pre=st.sampled_from(["gpt-2", "llama-bpe", "deepseek-llm"]),
+)
+def test_special_tokens_are_never_split(
+    target: Any, left: str, right: str, special: str, pre: str
+) -> None:
+    from conformance.fixtures.vocabularies import bpe_vocab_path
+    from conformance.gate import cached
+
+    vocab = cached(target, "load_vocab", str(bpe_vocab_path(pre)))
+    left, right = _no_specials(left), _no_specials(right)
+    tid = TOKENS.index(special)
+    ids = target.tokenize(vocab, left + special + right, False, True)
+    parts = [target.tokenize(vocab, s, False, True) for s in (left, right)]
+    assert ids == [*parts[0], tid, *parts[1]]
+    plain = target.tokenize(vocab, left + special + right, False, False)
+    if special == SEP:  # user-defined: split out whatever parse_special says
+        assert plain == ids
+    else:  # control: plain text without parse_special
+        assert tid not in plain
+        assert b"".join(_pieces(target, vocab, plain)) == (left + special + right).encode()
+
+
+# -- malformed vocabularies ---------------------------------------------------------------------
+
+
+def _bad_merges() -> tuple[str, ...]:
+    return (*MERGES[:5], "Ġ zzzq", *MERGES[5:])
+
+
+MALFORMED = [
+    ("missing-merges", {"omit": ("merges",)}, "GGUF_MISSING_KEY", "tokenizer.ggml.merges", None),
+    (
+        "unknown-merge-token",
+        {"merges": _bad_merges()},
+        "GGUF_INVALID_HPARAM",
+        "tokenizer.ggml.merges",
+        5,
+    ),
+    ("merge-without-space", {"merges": ("ab",)}, "GGUF_INVALID_HPARAM", "tokenizer.ggml.merges", 0),
+    (
+        "short-token-types",
+        {"types": TYPES[:-1]},
+        "GGUF_INVALID_HPARAM",
+        "tokenizer.ggml.token_type",
+        None,
+    ),
+]
+
+
+@pytest.mark.invariant("TOK-062")
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize(
+    ("name", "change", "code", "key", "index"), MALFORMED, ids=[m[0] for m in MALFORMED]
+)
+def test_malformed_bpe_vocab_refused(
+    target: Any,
+    tmp_path: Path,
+    name: str,
+    change: dict[str, Any],
+    code: str,
+    key: str,
+    index: int | None,
+) -> None:
+    path = tmp_path / f"{name}.gguf"
+    write_bpe_gguf(path, "gpt-2", **change)
+    with raises_code(code, field=key, index=index, what=name):
+        target.load_vocab(str(path))
+
+
+@pytest.mark.invariant("TOK-062")
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize("pre", ["no-such-pre", "kimi-k2"])
+def test_unknown_pre_type_refused(target: Any, tmp_path: Path, pre: str) -> None:
+    path = tmp_path / "pre.gguf"
+    write_bpe_gguf(path, pre)
+    with raises_code("GGUF_UNSUPPORTED_TOKENIZER", field="tokenizer.ggml.pre"):
+        target.load_vocab(str(path))
+
+
+@pytest.mark.invariant("TOK-058")
+def test_missing_pre_is_default(target: Any, tmp_path: Path) -> None:
+    """No ``tokenizer.ggml.pre`` key: the default pre type (llama.cpp warns and goes on)."""
+    path = tmp_path / "nopre.gguf"
+    write_bpe_gguf(path, "default", omit=("pre",))
+    from conformance.fixtures.vocabularies import bpe_vocab_path
+
+    nopre = target.load_vocab(str(path))
+    default = target.load_vocab(str(bpe_vocab_path("default")))
+    for text in BPE_CORPUS:
+        assert target.tokenize(nopre, text, True, False) == target.tokenize(
+            default, text, True, False
+        )
+
+
+assert set(BPE_PRE_TYPES) >= set(hf_oracle.HF_PRE)

@@ -1,0 +1,94 @@
+"""The RWKV (``rwkv``) tokenizer over a synthetic vocabulary-only "world" vocabulary: goldens,
+greedy longest match against an oracle that unescapes token texts with Python's own parser,
+pieces and round trips."""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from conformance.fixtures.vocabularies import rwkv_vocab, rwkv_vocab_path
+from conformance.gate import cached
+from conformance.strategies.tokenizer import unicode_texts
+
+pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
+
+RWKV_CORPUS = [
+    "",
+    " ",
+    "Hello world",
+    "The tokenizer tokens\n\n\ttab",
+    "<s>x</s>",
+    "naïve café 日本語 🙂",
+    "\\x41 \\n backslash \\",
+    "a\x00b\x1cc",
+]
+
+
+@pytest.fixture
+def rwkv(target: Any) -> Any:
+    return cached(target, "load_vocab", str(rwkv_vocab_path()))
+
+
+def _literal(body: str) -> bytes:
+    """Python's reading of a ``repr(bytes)`` body (it was quoted with ' unless it holds one)."""
+    for quote in ("'", '"'):
+        try:
+            value = ast.literal_eval(f"b{quote}{body}{quote}")
+        except SyntaxError:
+            continue
+        assert isinstance(value, bytes)
+        return value
+    raise AssertionError(body)
+
+
+@lru_cache(maxsize=1)
+def _oracle_pieces() -> dict[bytes, int]:
+    """Token bytes by Python's reading of the ``repr(bytes)`` bodies (last id wins)."""
+    return {_literal(t): i for i, t in enumerate(rwkv_vocab())}
+
+
+def _greedy(text: str) -> list[int]:
+    pieces = _oracle_pieces()
+    data, out, pos = text.encode(), [], 0
+    while pos < len(data):
+        end = max(e for e in range(pos + 1, len(data) + 1) if data[pos:e] in pieces)
+        out.append(pieces[data[pos:end]])
+        pos = end
+    return out
+
+
+@pytest.mark.invariant("TOK-053")
+def test_golden_rwkv_tokenization(target: Any, rwkv: Any, snapshot: Any) -> None:
+    got = {
+        f"{text!r} add_special={a} parse_special={p}": target.tokenize(rwkv, text, a, p)
+        for text in RWKV_CORPUS
+        for a in (False, True)
+        for p in (False, True)
+    }
+    assert got == snapshot
+
+
+@pytest.mark.invariant("TOK-053")
+@given(text=unicode_texts)
+def test_greedy_longest_match(target: Any, rwkv: Any, text: str) -> None:
+    """Greedy longest match over the unescaped token bytes (``<s>`` is matched as text too);
+    add_special adds nothing; the pieces give the text back."""
+    ids = target.tokenize(rwkv, text, False, False)
+    assert ids == _greedy(text), repr(text)
+    assert target.tokenize(rwkv, text, True, False) == ids
+    assert target.detokenize(rwkv, ids, False, True) == text.encode()
+
+
+@pytest.mark.invariant("TOK-053")
+def test_rwkv_pieces(target: Any, rwkv: Any) -> None:
+    for raw, tid in _oracle_pieces().items():
+        if tid == 0:
+            assert target.token_to_piece(rwkv, 0, False) == b""
+            assert target.token_to_piece(rwkv, 0, True) == b"<s>"
+        else:
+            assert target.token_to_piece(rwkv, tid, False) == raw

@@ -1,0 +1,117 @@
+"""The Unigram (``t5``) tokenizer over vocabulary-only fixtures made from a SentencePiece
+unigram model: goldens, normalization and space rules, and SentencePiece itself as a second
+oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from conformance.assertions import raises_code
+from conformance.fixtures.vocabularies import (
+    UGM_USER_DEFINED,
+    UGM_VARIANTS,
+    ugm_model,
+    ugm_model_proto,
+    ugm_vocab_path,
+    write_ugm_gguf,
+)
+from conformance.gate import cached
+from conformance.strategies.tokenizer import unicode_texts
+
+pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
+
+PIECES = ugm_model()[0]
+PAD, EOS, UNK = 0, 1, 2
+SEP = PIECES.index(UGM_USER_DEFINED)
+
+UGM_CORPUS = [
+    "",
+    " ",
+    "Hello world",
+    "  Hello   world  ",
+    "The tokenizer\tmerges\n\nbytes",
+    "ﬁne ① ＡＢＣ ｱｲｳ ㍿",
+    "naïve café",
+    "日本語 中文 한국어",
+    "emoji 🙂 👍🏽",
+    "x<sep>y </s> <unk>",
+    "a\u200bb\x00c\ufeffd",
+    "\ue000\U000f0000 unknown",
+]
+
+
+@pytest.fixture(params=list(UGM_VARIANTS))
+def ugm(request: Any, target: Any) -> Any:
+    return cached(target, "load_vocab", str(ugm_vocab_path(request.param)))
+
+
+def _text(target: Any, vocab: Any, ids: list[int]) -> bytes:
+    return b"".join(target.token_to_piece(vocab, i, True) for i in ids)
+
+
+@pytest.mark.invariant("TOK-052")
+def test_golden_ugm_tokenization(target: Any, ugm: Any, snapshot: Any) -> None:
+    got = {
+        f"{text!r} add_special={a} parse_special={p}": target.tokenize(ugm, text, a, p)
+        for text in UGM_CORPUS
+        for a in (False, True)
+        for p in (False, True)
+    }
+    assert got == snapshot
+
+
+@pytest.mark.invariant("TOK-052")
+def test_space_rules(target: Any) -> None:
+    """SentencePiece's defaults (dummy prefix, extra whitespace removed): one space before
+    every word, none at the ends; with both off every space stays and none is added."""
+    merged = cached(target, "load_vocab", str(ugm_vocab_path("ugm")))
+    raw = cached(target, "load_vocab", str(ugm_vocab_path("ugm-raw")))
+    text = "  Hello   world  "
+    assert _text(target, merged, target.tokenize(merged, text, False, False)) == b" Hello world"
+    assert _text(target, raw, target.tokenize(raw, text, False, False)) == text.encode()
+    assert _text(target, raw, target.tokenize(raw, "ab c", False, False)) == b"ab c"
+
+
+@pytest.mark.invariant("TOK-052")
+def test_charsmap_normalization(target: Any) -> None:
+    """nmt_nfkc folds compatibility forms: the ligature ﬁ, circled ①, full-width letters."""
+    vocab = cached(target, "load_vocab", str(ugm_vocab_path("ugm")))
+    ids = target.tokenize(vocab, "ﬁ ① ａｂ", False, False)
+    assert _text(target, vocab, ids) == b" fi 1 ab"
+
+
+@pytest.mark.invariant("TOK-052")
+def test_eos_and_unk(target: Any, ugm: Any) -> None:
+    plain = target.tokenize(ugm, "Hello", False, False)
+    assert target.tokenize(ugm, "Hello", True, False) == [*plain, EOS]
+    assert target.tokenize(ugm, "", True, False) == [EOS]
+    # unknown characters in a row collapse into one UNK
+    ids = target.tokenize(ugm, "\ue000\ue001\ue002", False, False)
+    assert ids.count(UNK) == 1
+    assert target.tokenize(ugm, f"a{UGM_USER_DEFINED}b", False, False).count(SEP) == 1
+
+
+@pytest.mark.invariant("TOK-069")
+@given(text=unicode_texts)
+def test_matches_sentencepiece(target: Any, text: str) -> None:
+    import sentencepiece as spm
+
+    vocab = cached(target, "load_vocab", str(ugm_vocab_path("ugm")))
+    sp = spm.SentencePieceProcessor(model_proto=ugm_model_proto())
+    text = text.replace("<", "(")  # no special-token texts
+    assert target.tokenize(vocab, text, False, False) == sp.encode(text), repr(text)
+
+
+@pytest.mark.invariant("TOK-062")
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize("blob", [b"\x01\x00", b"\x08\x00\x00\x00\x00\x00\x00\x00"])
+def test_malformed_charsmap_refused(target: Any, tmp_path: Path, blob: bytes) -> None:
+    """Shorter than its 4-byte size field, or a trie that leaves no room for strings."""
+    path = tmp_path / "charsmap.gguf"
+    write_ugm_gguf(path, charsmap=blob)
+    with raises_code("GGUF_INVALID_HPARAM", field="tokenizer.ggml.precompiled_charsmap"):
+        target.load_vocab(str(path))

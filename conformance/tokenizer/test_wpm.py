@@ -1,0 +1,133 @@
+"""The WordPiece (``bert``) tokenizer over the vocabulary-only WordPiece fixture: goldens,
+normalization and word-piece rules, and HF ``tokenizers``' BERT tokenizer as a second oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.fixtures.vocabularies import wpm_vocab, wpm_vocab_path, write_wpm_gguf
+from conformance.gate import cached
+from conformance.tokenizer import hf_oracle
+
+pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
+
+TOKENS, TYPES = wpm_vocab()
+CLS, SEP, UNK = TOKENS.index("[CLS]"), TOKENS.index("[SEP]"), TOKENS.index("[UNK]")
+
+WPM_CORPUS = [
+    "",
+    " ",
+    "Hello world",
+    "Hello, World!",
+    "  The TOKENIZER tokens\tmerge\n\nbytes  ",
+    "naïve Café RÉSUMÉ Straße",
+    "don't it's we're",
+    "x=1+2; y<3 $5 ^_^ `a|b` ~",
+    "日本語 中文テキスト 한국어",
+    "привет мир γειά λόγος",
+    "emoji 🙂 👍🏽 ✨ ½ ² ⅷ",
+    "tok✓en a✓ b",
+    "[CLS] hello [SEP] [MASK] [UNK]",
+    "a\u200bb\x00c\ufffdd\u0301e",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+]
+
+
+@pytest.fixture(scope="session")
+def wpm_path() -> Path:
+    return wpm_vocab_path()
+
+
+@pytest.fixture
+def wpm(target: Any, wpm_path: Path) -> Any:
+    return cached(target, "load_vocab", str(wpm_path))
+
+
+def _joined(target: Any, vocab: Any, ids: list[int]) -> bytes:
+    return b"".join(target.token_to_piece(vocab, i, True) for i in ids)
+
+
+@pytest.mark.invariant("TOK-051")
+def test_golden_wpm_tokenization(target: Any, wpm: Any, snapshot: Any) -> None:
+    got = {
+        f"{text!r} add_special={a} parse_special={p}": target.tokenize(wpm, text, a, p)
+        for text in WPM_CORPUS
+        for a in (False, True)
+        for p in (False, True)
+    }
+    assert got == snapshot
+
+
+@pytest.mark.invariant("TOK-051")
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Hello, World!", " hello , world !"),
+        ("naïve Café", " naive cafe"),
+        ("x=1+2;", " x = 1 + 2 ;"),
+        ("日本語", " 日 本 語"),
+        ("a\u200bb\x00c", " abc"),
+        ("e\u0301", " e"),
+    ],
+)
+def test_normalize_and_split(target: Any, wpm: Any, text: str, words: str) -> None:
+    """Lower case, accents stripped, controls dropped; punctuation, ASCII symbols and CJK
+    ideographs are words of their own (each word's pieces start with a space)."""
+    ids = target.tokenize(wpm, text, False, False)
+    assert UNK not in ids
+    assert _joined(target, wpm, ids) == words.encode()
+
+
+@pytest.mark.invariant("TOK-051")
+def test_unknown_word_is_one_unk(target: Any, wpm: Any) -> None:
+    assert target.tokenize(wpm, "tok✓en", False, False) == [UNK]
+    ids = target.tokenize(wpm, "a✓ b", False, False)
+    assert ids[0] == UNK and UNK not in ids[1:]
+    assert _joined(target, wpm, ids[1:]) == b" b"
+
+
+@pytest.mark.invariant("TOK-051")
+def test_cls_and_sep(target: Any, wpm: Any) -> None:
+    plain = target.tokenize(wpm, "Hello world", False, False)
+    assert target.tokenize(wpm, "Hello world", True, False) == [CLS, *plain, SEP]
+    assert target.tokenize(wpm, "", True, False) == [CLS, SEP]
+    assert target.tokenize(wpm, "", False, False) == []
+    ids = target.tokenize(wpm, "Hello, world!", True, False)
+    assert target.detokenize(wpm, ids, False, False) == b" hello, world!"
+    assert target.detokenize(wpm, ids, False, True) == b"[CLS] hello, world![SEP]"
+
+
+_ASCII_WORDS = ["a", "Z", "word", "The", "Hello", "TOKENIZER", "tokens", "0", "123", "'s", "'"]
+_ASCII_OTHER = [" ", "  ", "\t", "\n", ".", ",", "!", "?", "-", "$", "+", "<", "=", "^", "~"]
+_LATIN = ["é", "Ä", "ü", "naïve", "Café"]
+wpm_texts = st.lists(st.sampled_from(_ASCII_WORDS + _ASCII_OTHER + _LATIN), max_size=16).map(
+    "".join
+)
+
+
+@pytest.mark.invariant("TOK-064")
+@given(text=wpm_texts)
+def test_matches_hf_bert_tokenizer(target: Any, wpm: Any, wpm_path: Path, text: str) -> None:
+    assert target.tokenize(wpm, text, False, False) == hf_oracle.tokenize_wordpiece(
+        wpm_path, text
+    ), repr(text)
+
+
+@pytest.mark.invariant("TOK-065")
+def test_normalizer_lowercase_key(target: Any, tmp_path: Path, wpm: Any) -> None:
+    """``tokenizer.ggml.normalizer.lowercase = false`` keeps case (and accents, whose default
+    follows it): the lower-case fixture vocabulary then has no piece for ``H`` or ``é``."""
+    path = tmp_path / "cased.gguf"
+    write_wpm_gguf(path, lowercase=False)
+    cased = target.load_vocab(str(path))
+    assert target.tokenize(cased, "Hello hello", False, False) == [
+        UNK,
+        *target.tokenize(wpm, "hello", False, False),
+    ]
+    assert target.tokenize(cased, "café", False, False) == [UNK]
+    assert UNK not in target.tokenize(wpm, "Hello café", False, False)

@@ -1,0 +1,100 @@
+"""llama.cpp's PLaMo-2 tokenizer (GGUF ``tokenizer.ggml.model = "plamo2"``).
+
+A raw-text fragment (one leading U+FEFF dropped) is split into code points and segmented by
+dynamic programming from the right: ``cost[n] = 0`` and ``cost[i]`` is the least
+``cost[i + len(t)] - round(score(t) * 10^4)`` over the tokens ``t`` that start at ``i`` (every
+token that is not BYTE and has a finite score, CONTROL tokens included), trying longer tokens
+first and replacing only on a strictly lower cost; the last option is one unknown code point at
+``cost[i + 1] + 10^7``, written out as the BYTE tokens of its UTF-8 bytes. (llama.cpp finds the
+candidates with a suffix automaton; the result is the same.) ``add_special`` adds nothing;
+pieces are raw token text (no ``'▁'`` replacement) or a BYTE token's byte.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from reference_impl.spec_links import implements
+from reference_impl.tokenizer.vocab import BaseTokenizer, TokenType, Vocab
+
+UNKNOWN_COST = 10_000_000
+
+
+def _score_units(score: float) -> int:
+    """``std::round(score * 1e4)`` (halves away from zero), with the float32 score widened."""
+    x = float(np.float32(score)) * 1e4
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+@implements("TOK-054", "TOK-072")
+class Plamo2Tokenizer(BaseTokenizer):
+    """llama.cpp's PLaMo-2 tokenizer over one :class:`Vocab` with ``model = "plamo2"``."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        super().__init__(vocab)
+        self.byte_ids = [-1] * 256
+        self.candidates: dict[str, tuple[int, int]] = {}  # text -> (score units, id)
+        for i, (text, t) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
+            if t == TokenType.BYTE:
+                if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+                    self.byte_ids[int(text[3:5], 16)] = i
+                continue
+            if math.isfinite(vocab.scores[i]):
+                self.candidates[text] = (_score_units(vocab.scores[i]), i)  # last id wins
+        self.max_len = max((len(t) for t in self.candidates), default=0)
+
+    @implements("TOK-054")
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        out: list[int] = []
+        for frag in self._partition(text, parse_special):
+            if isinstance(frag, int):
+                out.append(frag)
+            else:
+                out += self._encode(frag[1:] if frag.startswith("\ufeff") else frag)
+        return out
+
+    def _encode(self, text: str) -> list[int]:
+        n = len(text)
+        cost = [1 << 60] * (n + 1)
+        cost[n] = 0
+        step: list[tuple[int, int]] = [(1, -1)] * (n + 1)  # (length, token id or -1 = bytes)
+        for i in range(n - 1, -1, -1):
+            for length in range(min(self.max_len, n - i), 0, -1):
+                hit = self.candidates.get(text[i : i + length])
+                if hit is not None and cost[i + length] - hit[0] < cost[i]:
+                    cost[i] = cost[i + length] - hit[0]
+                    step[i] = (length, hit[1])
+            if cost[i + 1] + UNKNOWN_COST < cost[i]:
+                cost[i] = cost[i + 1] + UNKNOWN_COST
+                step[i] = (1, -1)
+        out: list[int] = []
+        i = 0
+        while i < n:
+            length, tid = step[i]
+            if tid >= 0:
+                out.append(tid)
+            else:
+                out += [self.byte_ids[b] for b in text[i].encode("utf-8")]
+            i += length
+        return out
+
+    @implements("TOK-054")
+    def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
+        """A BYTE token's byte; any other token's raw text (CONTROL/UNKNOWN only with
+        ``special``), with up to ``lstrip`` leading spaces removed."""
+        self._check(token)
+        ttype, text = self.vocab.types[token], self.vocab.tokens[token]
+        if ttype in (TokenType.CONTROL, TokenType.UNKNOWN) and not special:
+            return b""
+        if ttype == TokenType.BYTE and len(text) == 6 and text.startswith("<0x"):
+            return bytes([int(text[3:5], 16)])
+        piece = text.encode()
+        k = 0
+        while k < lstrip and piece[:1] == b" ":
+            piece = piece[1:]
+            k += 1
+        return piece
