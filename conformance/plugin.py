@@ -12,7 +12,9 @@
 * A test that takes the ``peer`` fixture is differential (marked ``differential``): skipped,
   with one reason per cause, when there is no peer, when the peer lacks a capability, or when
   target and peer are the same engine.
-* ``--traceability=strict``: an active invariant with no test fails the run, naming the IDs.
+* ``--traceability=strict``: an active invariant with no test fails the run, naming the IDs;
+  ``strict`` and ``warn`` also list the active invariants that no mutant (hand-written, or
+  mechanical in ``tools/mutation/covered.txt``) proves the suite can catch.
 * ``--report-dir DIR``: writes ``DIR/conformance.json`` and ``DIR/conformance.md``.
 * ``--only-invariants ID,...``: run only the tests that check those invariants (used by the
   meta-tests to run a mutant against the checks it must fail).
@@ -616,6 +618,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 
 
+def _mutant_gaps(st: _State) -> list[str]:
+    """Active invariants of the packaged spec with no mutant proof (tools/mutation/cover.py);
+    the ``tests`` session fails on any, so a user sees this only on a modified suite."""
+    if st.traceability == "off" or st.spec_dir is not None:
+        return []
+    try:
+        from tools.mutation.cover import gaps
+    except ImportError:  # the suite installed without its tools
+        return []
+    return gaps()
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     st = _state(config)
     if not st.conformance_items or _collect_only(config) or _is_xdist_worker(config):
@@ -653,6 +667,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(
             f"{len(st.untested)} active invariants have no test among the collected ones "
             "(--traceability strict lists them and fails)",
+            yellow=True,
+        )
+    unproved = _mutant_gaps(st)
+    if unproved:
+        tr.write_line(
+            f"active invariants no mutant proves the suite catches ({len(unproved)}): "
+            + ", ".join(unproved),
             yellow=True,
         )
     if st.report_dir is not None:

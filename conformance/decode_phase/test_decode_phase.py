@@ -36,19 +36,43 @@ def batched(make_gen: Callable[..., Generator]) -> tuple[Generator, GenerationRe
     return gen, generate(gen)
 
 
+class DecodeRecorder:
+    """A context that records every batch submitted to it (and passes every call on)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.batches: list[Any] = []
+
+    def decode(self, b: Any) -> int:
+        self.batches.append(b)
+        return int(self._inner.decode(b))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 @pytest.mark.invariant("PHASE-001", "PHASE-002", "PHASE-018", "PHASE-019")
 def test_one_token_per_active_sequence_fed_back_in_order(
-    batched: tuple[Generator, GenerationResult],
+    make_gen: Callable[..., Generator],
 ) -> None:
-    _, res = batched
+    base = make_gen(n_seq_max=4)
+    rec = DecodeRecorder(base.ctx)
+    res = generate(Generator(rec, n_vocab=base.n_vocab, eos=base.eos))
     prev = next(s for s in res.trace if s.phase == "prefill")
+    step_batches = rec.batches[len(prev.calls) :]  # what the decode steps really submitted
+    assert len(step_batches) == len(decode_steps(res))
     last_pos = {s: len(PROMPTS[s]) - 1 for s in range(4)}
     left: set[int] = set()
-    for st in decode_steps(res):
+    for st, b in zip(decode_steps(res), step_batches):
         assert sorted(st.chosen) == st.active  # exactly the active sequences, one token each
         assert set(st.active) <= set(prev.active) and not (set(st.active) & left)
+        # the decode call: one entry per active sequence, nothing for any other sequence
+        assert b.n_seq_id.tolist() == [1] * b.n_tokens
+        assert sorted(b.seq_id[:, 0].tolist()) == st.active
+        fed = dict(zip(b.seq_id[:, 0].tolist(), zip(b.token.tolist(), b.pos.tolist())))
         for s in st.active:
             assert st.fed[s] == [(prev.chosen[s], last_pos[s] + 1)]
+            assert fed[s] == (prev.chosen[s], last_pos[s] + 1), f"step {st.step} seq {s}"
             last_pos[s] += 1
         left |= set(prev.active) - set(st.active)
         for s in set(prev.active) - set(st.active):
@@ -277,7 +301,8 @@ def test_a_step_on_one_sequence_leaves_the_others_readable_as_before(
 @pytest.mark.requires("decoder.introspection")
 def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=4)
-    res = generate(gen)
+    rec = DecodeRecorder(gen.ctx)
+    res = generate(Generator(rec, n_vocab=gen.n_vocab, eos=gen.eos))
     ctx = gen.ctx
     finished_at = {s: max(st.step for st in res.trace if s in st.chosen) for s in range(4)}
     assert len(set(finished_at.values())) > 1
@@ -285,6 +310,11 @@ def test_finished_sequences_and_history_stay_untouched(make_gen: Callable[..., G
     for s in range(4):
         ps = [p for st in res.trace for _, p in st.fed.get(s, [])]
         assert ps == list(range(len(ps)))
+        # the same for what the decode calls really carried
+        sent = [
+            int(b.pos[i]) for b in rec.batches for i in range(b.n_tokens) if b.seq_id[i, 0] == s
+        ]
+        assert sent == ps, f"seq {s}: positions submitted {sent}"
 
     def others() -> dict[int, Any]:
         """Position range and layer-0 K rows of sequences 0..2."""

@@ -63,11 +63,39 @@ def test_token_range_bounds(make_gen: Callable[..., Generator]) -> None:
         run(gen, prompts=[[5, -1]])
 
 
+class DecodeRecorder:
+    """A context that records every batch the generator submits (and passes all calls on)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.batches: list[Any] = []
+
+    def decode(self, b: Any) -> int:
+        self.batches.append(b)
+        return int(self._inner.decode(b))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 @pytest.mark.invariant("GEN-020")
 def test_more_prompts_than_n_ubatch_is_refused(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=4, n_ubatch=2)
-    with raises_code("GEN_UBATCH_TOO_SMALL", exc=GeneratorError):
-        run(gen, prompts=[[5], [6], [7]])
+    from conformance.decoder.helpers import batch
+
+    assert gen.ctx.decode(batch(prompt(3), seqs=[[0]] * 3)) == 0  # memory to leave alone
+    rec = DecodeRecorder(gen.ctx)
+    spy = Generator(rec, n_vocab=N_VOCAB, eos=gen.eos)
+    with (
+        unchanged(lambda: memory_view(gen.ctx), "memory"),
+        raises_code("GEN_UBATCH_TOO_SMALL", exc=GeneratorError),
+    ):
+        run(spy, prompts=[[5], [6], [7]])
+    assert rec.batches == []  # refused before any decode call
+    # exactly n_ubatch prompts fit: every step is one ubatch
+    res = run(spy, prompts=[[5], [6]], max_tokens=2, use_eos=False)
+    assert res.reasons == {0: "length", 1: "length"}
+    assert [len(res.tokens[s]) for s in range(2)] == [2, 2]
 
 
 @pytest.mark.invariant("GEN-002", "GEN-003", "GEN-004")
@@ -98,15 +126,26 @@ def test_prefill_feeds_prompts_from_empty_sequences(make_gen: Callable[..., Gene
 def test_decode_steps_feed_each_active_sequence_its_previous_choice(
     make_gen: Callable[..., Generator],
 ) -> None:
-    gen = make_gen(n_seq_max=3)
+    base = make_gen(n_seq_max=3)
+    rec = DecodeRecorder(base.ctx)
+    gen = Generator(rec, n_vocab=N_VOCAB, eos=base.eos)
     prompts = [prompt(4), prompt(7, start=9), prompt(2, start=50)]
     res = run(gen, prompts=prompts, max_tokens=[5, 3, 6])
     prev = steps(res, "prefill")[0]
+    step_batches = rec.batches[len(prev.calls) :]  # the decode calls the steps really made
+    assert len(step_batches) == len(steps(res))
     pos = {s: len(prompts[s]) - 1 for s in range(3)}
-    for st in steps(res):
+    for st, b in zip(steps(res), step_batches):
         assert st.active == sorted(st.active)
         assert sorted(st.fed) == st.active
         assert len(st.calls) == 1 and st.calls[0]["n_tokens"] == len(st.active)
+        # the submitted batch: active sequences ascending, one token each, all flagged
+        n = len(st.active)
+        assert b.n_tokens == n and b.n_seq_id.tolist() == [1] * n
+        assert b.seq_id[:, 0].tolist() == st.active
+        assert b.logits is not None and b.logits.tolist() == [1] * n
+        assert b.token.tolist() == [prev.chosen[s] for s in st.active]
+        assert b.pos.tolist() == [pos[s] + 1 for s in st.active]
         for s in st.active:
             assert st.fed[s] == [(prev.chosen[s], pos[s] + 1)]
             pos[s] += 1

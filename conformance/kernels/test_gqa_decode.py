@@ -141,14 +141,41 @@ def test_two_pass_does_not_depend_on_the_partition_size(target: Any, n_kv: int) 
 
 
 @pytest.mark.invariant("KRN-005")
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_output_dtype_and_shape(target: Any, dtype: str) -> None:
-    inp = _cases.build_gqa(
-        _cases.GqaCase(n_tokens=2, n_head=6, n_head_kv=3, head_dim=24, n_kv=10, dtype=dtype)
+@pytest.mark.parametrize(
+    ("q_dtype", "kv_dtype", "dv"),
+    [
+        ("float32", "float32", 24),
+        ("float16", "float16", 24),
+        ("float32", "float16", 40),  # the query's dtype wins over the cache's
+        ("float16", "float32", 8),
+    ],
+)
+def test_output_dtype_and_shape(target: Any, q_dtype: str, kv_dtype: str, dv: int) -> None:
+    """``[T, n_head, Dv]`` in the query's dtype, whatever the cache's dtype and v's head dim."""
+    g = torch.Generator().manual_seed(5)
+    kv = getattr(torch, kv_dtype)
+    k = torch.randn(2, 16, 3, 24, generator=g).to(kv)[1, :10]  # views of a 2-stream cache
+    v = torch.randn(2, 16, 3, dv, generator=g).to(kv)[1, :10]
+    q = torch.randn(2, 6, 24, generator=g).to(getattr(torch, q_dtype))
+    mask = torch.zeros(2, 10)
+    mask[0, 7:] = -math.inf
+    q, k, v, mask = (x.to(_cases.DEVICE) for x in (q, k, v, mask))
+    from conformance.kernels import _oracle
+
+    want = _oracle.gqa(
+        q.double().cpu().numpy(),
+        k.double().cpu().numpy(),
+        v.double().cpu().numpy(),
+        mask.cpu().numpy(),
+        0.2,
     )
     for path in _paths(target):
-        out = _run(target, inp, path)
-        assert out.dtype == getattr(torch, dtype) and tuple(out.shape) == (2, 6, 24), path
+        out, record = target.gqa_decode(q, k, v, mask, 0.2, REQUEST[path], 32)
+        assert record.path == path
+        assert out.dtype == q.dtype and tuple(out.shape) == (2, 6, dv), (
+            f"{path}: {out.dtype} {tuple(out.shape)}"
+        )
+        _tolerance.assert_within(out, want, path)
 
 
 def _bad(target: Any, code: str, **kw: Any) -> None:

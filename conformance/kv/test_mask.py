@@ -194,6 +194,25 @@ def test_mask_is_padded_to_256_columns(target: Any) -> None:
     assert target.new_kv_cache(kv_size=100).get_n_kv(slot) == 100
 
 
+@pytest.mark.invariant("KV-002", "KV-011")
+@pytest.mark.requires("kv.cache")
+def test_n_kv_follows_the_last_used_cell_not_the_count(target: Any) -> None:
+    """used counts non-empty cells; n_kv pads the index of the last one + 1: a hole in the
+    middle keeps n_kv, removing the tail shrinks it."""
+    cache = target.new_kv_cache(kv_size=600)
+    slot = place_run(cache, 0, 0, 300)
+    used = lambda: cache.state().streams[0].used  # noqa: E731
+    assert (used(), cache.get_n_kv(slot)) == (300, 512)
+    cache.seq_rm(0, 10, 290)  # cells 10..289 empty; cells 290..299 still used
+    assert (used(), cache.get_n_kv(slot)) == (20, 512), "a hole does not move the last used cell"
+    cache.seq_rm(0, 295, -1)
+    assert (used(), cache.get_n_kv(slot)) == (15, 512), "cell 294 is still the last used one"
+    cache.seq_rm(0, 290, -1)  # the last used cell is now 9, far below the removed ones
+    assert (used(), cache.get_n_kv(slot)) == (10, 256)
+    place_run(cache, 0, 10, 280)  # refills 10..289 (the head moved on), so 289 is the last
+    assert (used(), cache.get_n_kv(slot)) == (290, 512)
+
+
 @pytest.mark.invariant("KV-024")
 @pytest.mark.requires("kv.cache", "kv.mask")
 def test_mask_rows_follow_stream_groups(target: Any) -> None:

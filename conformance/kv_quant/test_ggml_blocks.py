@@ -81,7 +81,21 @@ def test_row_not_a_multiple_of_32_raises(target: Any, impls: tuple[str, ...], qt
 
 
 @pytest.mark.invariant("QNT-011")
+@pytest.mark.parametrize(("qtype", "size"), [("Q8_0", 34), ("Q4_0", 18)])
+def test_bytes_that_are_not_whole_blocks_raise(
+    target: Any, impls: tuple[str, ...], qtype: str, size: int
+) -> None:
+    """Dequantizing a row cut inside a block is refused, not silently shortened."""
+    for impl in impls:
+        for nbytes in (size - 1, size + 1, 2 * size + 7):
+            with raises_code("QNT_BAD_SHAPE", exc=EngineError, what=f"{impl} {nbytes} bytes"):
+                target.ggml_dequantize(torch.zeros(2, nbytes, dtype=torch.uint8), qtype, impl)
+
+
+@pytest.mark.invariant("QNT-011")
 def test_unknown_ggml_type_raises(target: Any, impls: tuple[str, ...]) -> None:
     for impl in impls:
         with raises_code("QNT_BAD_KIND", exc=EngineError, what=impl):
             target.ggml_quantize(torch.ones(1, 32), "Q5_0", impl)
+        with raises_code("QNT_BAD_KIND", exc=EngineError, what=impl):
+            target.ggml_dequantize(torch.zeros(1, 34, dtype=torch.uint8), "Q5_0", impl)

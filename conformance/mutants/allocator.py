@@ -347,6 +347,43 @@ def _ctx_ignores_max_size(target: Any) -> Any:
     return target
 
 
+def _free_block_limit_off_by_one(target: Any) -> Any:
+    replace("reference_impl.allocator.chunks", "MAX_FREE_BLOCKS", chunks.MAX_FREE_BLOCKS + 1)
+    return target
+
+
+def _in_place_stays_in_assigned_buffer(target: Any) -> Any:
+    def _allocate(self: Any, graph: Any, t: Any, buffer_id: int) -> None:
+        hn = self._hash[t.name]
+        if t.has_data or hn.allocated or t.is_view:
+            return
+        hn.allocated = True
+        parent = planner.reusable_parent(graph, t, self._hash)
+        if parent is not None and self._hash[parent].buffer_id == buffer_id:  # the defect
+            p_hn = self._hash[parent]
+            hn.buffer_id, hn.addr = p_hn.buffer_id, p_hn.addr
+            p_hn.allocated = False
+            self._free_extra_space(t, graph[parent], hn, p_hn)
+            return
+        hn.buffer_id = buffer_id
+        hn.addr = self.allocs[buffer_id].alloc(t.size)
+
+    _patch(planner.GraphAllocator, "_allocate", _allocate)
+    return target
+
+
+def _larger_in_place_node_accepted(target: Any) -> Any:
+    original = planner.GraphAllocator._free_extra_space
+
+    def _free_extra_space(self: Any, node: Any, parent: Any, hn: Any, p_hn: Any) -> None:
+        if node.size > parent.size:
+            return  # the defect: the node overruns its parent's region silently
+        original(self, node, parent, hn, p_hn)
+
+    _patch(planner.GraphAllocator, "_free_extra_space", _free_extra_space)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "alloc-best-fit-global",
@@ -536,5 +573,26 @@ MUTANTS = [
         "alloc_ctx_tensors packs everything in one buffer whatever the maximum size",
         ("ALLOC-032",),
         _ctx_ignores_max_size,
+    ),
+    Mutant(
+        "alloc-free-block-limit-257",
+        "allocator",
+        "a chunk takes a 257th free block",
+        ("ALLOC-012",),
+        _free_block_limit_off_by_one,
+    ),
+    Mutant(
+        "alloc-in-place-keeps-assigned-buffer",
+        "allocator",
+        "a node reuses its parent in place only when both are assigned the same buffer type",
+        ("ALLOC-044",),
+        _in_place_stays_in_assigned_buffer,
+    ),
+    Mutant(
+        "alloc-larger-in-place-node-accepted",
+        "allocator",
+        "an in-place node larger than its parent is accepted instead of refused",
+        ("ALLOC-048",),
+        _larger_in_place_node_accepted,
     ),
 ]

@@ -328,6 +328,30 @@ def _filling_keeps_state(t: Any) -> Any:
     return t
 
 
+def _empty_batch_wrong_code(target: Any) -> Any:
+    replace("reference_impl.batch.sanitize", "SAN_EMPTY", "SAN_PARAM")
+    return target
+
+
+def _split_clears_emitted_outputs(target: Any) -> Any:
+    """The splitter marks emitted outputs as consumed in the sanitized batch itself."""
+    from reference_impl.batch.split import BatchSplitter
+
+    original = BatchSplitter._emit
+
+    def _emit(self: BatchSplitter, idxs: Any, *args: Any, **kwargs: Any) -> Any:
+        ub = original(self, idxs, *args, **kwargs)
+        logits = self.sb.batch.logits
+        if logits is not None:
+            cleared = np.array(logits)
+            cleared[idxs] = 0
+            object.__setattr__(self.sb.batch, "logits", cleared)
+        return ub
+
+    BatchSplitter._emit = _emit  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "spl-simple-repeats-last",
@@ -397,7 +421,7 @@ MUTANTS = [
         "san-gap-accepted",
         "batch",
         "positions with a gap inside a sequence are accepted",
-        kills=("SAN-016", "SAN-027"),
+        kills=("SAN-016", "SAN-027", "SAN-028"),
         apply=_gap_accepted,
     ),
     Mutant(
@@ -504,5 +528,19 @@ MUTANTS = [
         "the KV cache uses split_equal with one stream and split_simple with several",
         kills=("SPL-017",),
         apply=_split_plan_kv_swapped,
+    ),
+    Mutant(
+        "san-empty-batch-wrong-code",
+        "batch",
+        "an empty batch is refused with SAN_PARAM instead of SAN_EMPTY",
+        ("SAN-001",),
+        _empty_batch_wrong_code,
+    ),
+    Mutant(
+        "spl-clears-emitted-outputs",
+        "batch",
+        "splitting zeroes the output flags of emitted tokens in the sanitized batch",
+        ("SPL-021",),
+        _split_clears_emitted_outputs,
     ),
 ]

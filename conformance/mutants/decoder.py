@@ -336,6 +336,127 @@ def _f16_kv_read_raw(target: Any) -> Any:
     return target
 
 
+def _n_seq_max_cap_255(target: Any) -> Any:
+    replace("reference_impl.decoder.params", "LLAMA_MAX_SEQ", 255)
+    return target
+
+
+def _default_n_ubatch_256(target: Any) -> Any:
+    from reference_impl.decoder.params import ContextParams
+
+    replace("reference_impl.decoder.context", "ContextParams", lambda: ContextParams(n_ubatch=256))
+    return target
+
+
+def _tail_seq_rm_keeps_first_cell(target: Any) -> Any:
+    """seq_rm(s, p, -1) removes [p + 1, inf): the next decode continues at p + 1."""
+    from reference_impl.decoder.context import Context
+
+    original = Context.seq_rm
+
+    def seq_rm(self: Context, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        if p1 < 0 and p0 > 0:
+            p0 += 1
+        return original(self, seq_id, p0, p1)
+
+    Context.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
+def _seq_cp_drops_outputs(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+
+    original = Context.seq_cp
+
+    def seq_cp(self: Context, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        original(self, src, dst, p0, p1)
+        self.outputs.drop()  # the defect: the last decode's outputs become unreadable
+
+    Context.seq_cp = seq_cp  # type: ignore[method-assign]
+    return target
+
+
+def _mean_pooling_needs_divisible_ubatch(target: Any) -> Any:
+    """llama.cpp's old failure: the mean-pooling graph of the worst-case reservation needs
+    n_tokens to be a multiple of n_seq_max, so such contexts cannot be created."""
+    from reference_impl.decoder.context import Context
+    from reference_impl.decoder.params import PoolingType
+    from reference_impl.errors import DecoderError
+
+    original = Context._reserve_worst_case
+
+    def reserve(self: Context, initial: bool = False) -> None:
+        cp = self.cparams
+        if cp.pooling == PoolingType.MEAN and min(cp.n_ctx, cp.n_ubatch) % cp.n_seq_max:
+            raise DecoderError(
+                "DEC_PARAM", "mean pooling: n_tokens % n_seqs != 0", field="n_ubatch"
+            )
+        original(self, initial)
+
+    Context._reserve_worst_case = reserve  # type: ignore[method-assign]
+    return target
+
+
+def _reserve_ignores_n_seq_max(target: Any) -> Any:
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    original = OutputBuffers.reserve
+
+    def reserve(self: OutputBuffers, n_outputs: int) -> int:
+        saved, self.n_seq_max = self.n_seq_max, 1  # the defect: exactly n rows (at least 1)
+        try:
+            return original(self, n_outputs)
+        finally:
+            self.n_seq_max = saved
+
+    OutputBuffers.reserve = reserve  # type: ignore[method-assign]
+    return target
+
+
+def _pooled_accessor_reorders(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+
+    original = Context.get_embeddings_seq
+
+    def get_embeddings_seq(self: Context, seq_id: int) -> Any:
+        self.outputs.reorder()  # the defect: the pooled accessor applies the pending swaps
+        return original(self, seq_id)
+
+    Context.get_embeddings_seq = get_embeddings_seq  # type: ignore[method-assign]
+    return target
+
+
+def _reorder_keeps_swaps(target: Any) -> Any:
+    from reference_impl.decoder.outputs import OutputBuffers
+
+    original = OutputBuffers.reorder
+
+    def reorder(self: OutputBuffers) -> None:
+        pending = list(self.swaps)
+        original(self)
+        self.swaps[:] = pending  # the defect: applied but still pending, so a second call undoes
+
+    OutputBuffers.reorder = reorder  # type: ignore[method-assign]
+    return target
+
+
+def _invalid_access_drops_outputs(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+    from reference_impl.decoder.outputs import OutputError
+
+    original = Context.get_logits_ith
+
+    def get_logits_ith(self: Context, i: int) -> Any:
+        try:
+            return original(self, i)
+        except OutputError:
+            self.outputs.drop()  # the defect: the error path resets the output buffer
+            raise
+
+    Context.get_logits_ith = get_logits_ith  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "dec-sampled-not-reordered",
@@ -523,6 +644,72 @@ MUTANTS = [
         "the torch forward reads a float16 K/V cache without converting it to float32",
         ("DEC-064",),
         _f16_kv_read_raw,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-n-seq-max-cap-255",
+        "decoder",
+        "a context refuses n_seq_max = 256 (the cap is off by one)",
+        ("DEC-001",),
+        _n_seq_max_cap_255,
+    ),
+    Mutant(
+        "dec-default-n-ubatch-256",
+        "decoder",
+        "the default n_ubatch is 256 instead of 512",
+        ("DEC-009",),
+        _default_n_ubatch_256,
+    ),
+    Mutant(
+        "dec-tail-seq-rm-keeps-first-cell",
+        "decoder",
+        "seq_rm(s, p, -1) keeps the cell at p, so the next decode continues at p + 1",
+        ("DEC-040",),
+        _tail_seq_rm_keeps_first_cell,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-seq-cp-drops-outputs",
+        "decoder",
+        "seq_cp makes the last decode's outputs unreadable",
+        ("DEC-041",),
+        _seq_cp_drops_outputs,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-mean-pooling-needs-divisible-ubatch",
+        "decoder",
+        "a MEAN-pooling context whose n_ubatch is not a multiple of n_seq_max cannot be created",
+        ("DEC-057",),
+        _mean_pooling_needs_divisible_ubatch,
+    ),
+    Mutant(
+        "out-reserve-ignores-n-seq-max",
+        "decoder",
+        "output reservation provides n rows instead of max(n, n_seq_max)",
+        ("OUT-001",),
+        _reserve_ignores_n_seq_max,
+    ),
+    Mutant(
+        "out-pooled-accessor-reorders",
+        "decoder",
+        "get_embeddings_seq applies the pending output swaps",
+        ("OUT-008",),
+        _pooled_accessor_reorders,
+    ),
+    Mutant(
+        "out-reorder-keeps-swaps",
+        "decoder",
+        "reorder applies the swaps but leaves them pending, so the next call undoes them",
+        ("OUT-009",),
+        _reorder_keeps_swaps,
+    ),
+    Mutant(
+        "out-invalid-access-drops-outputs",
+        "decoder",
+        "an invalid get_logits_ith call leaves no readable output",
+        ("OUT-018",),
+        _invalid_access_drops_outputs,
         black_box=True,
     ),
 ]

@@ -61,6 +61,132 @@ def _generator_skips_memory_clear(target: Any) -> Any:
     return target
 
 
+class _CtxProxy:
+    """A generator's context seen through a defect: attributes not overridden pass through."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def _with_proxy(proxy: type[_CtxProxy]) -> None:
+    """Make every ``Generator.generate`` call drive its context through ``proxy``."""
+    from reference_impl.generator import Generator
+
+    original = Generator.generate
+
+    def generate(self: Generator, req: Any) -> Any:
+        ctx = self.ctx
+        self.ctx = proxy(ctx)
+        try:
+            return original(self, req)
+        finally:
+            self.ctx = ctx
+
+    Generator.generate = generate  # type: ignore[method-assign]
+
+
+def _step_descending(target: Any) -> Any:
+    from reference_impl.batch.types import Batch
+
+    class Descending(_CtxProxy):
+        """Decode steps submit their entries in descending seq id (rows read back consistently,
+        so the trace and the tokens look right)."""
+
+        n_rev = 0
+
+        def decode(self, b: Batch) -> int:
+            n = b.n_tokens
+            step_like = b.logits is not None and n > 1 and bool(b.logits.all())
+            self.n_rev = n if step_like else 0
+            if step_like:
+                assert b.token is not None and b.pos is not None and b.seq_id is not None
+                b = Batch.from_lists(
+                    [int(t) for t in b.token[::-1]],
+                    pos=[int(p) for p in b.pos[::-1]],
+                    seq_ids=[[int(s)] for s in b.seq_id[::-1, 0]],
+                    logits=[1] * n,
+                )
+            return int(self._ctx.decode(b))
+
+        def get_logits_ith(self, i: int) -> Any:
+            return self._ctx.get_logits_ith(self.n_rev - 1 - i if self.n_rev else i)
+
+    _with_proxy(Descending)
+    return target
+
+
+def _trace_without_failed_call(target: Any) -> Any:
+    from reference_impl.errors import GeneratorError
+
+    def with_trace(self: GeneratorError, trace: Any, code: int) -> GeneratorError:
+        self.trace = list(trace)[:-1]  # the defect: the failed call is not in the trace
+        self.decode_code = code
+        return self
+
+    GeneratorError.with_trace = with_trace  # type: ignore[method-assign]
+    return target
+
+
+_CHAINS: dict[tuple[str, int], Any] = {}
+
+
+def _sampler_chains_reused(target: Any) -> Any:
+    import json
+
+    from reference_impl.generator import SEED_MOD, Generator, with_seed
+    from reference_impl.sampling import chain as sampling_chain
+
+    def _samplers(self: Generator, req: Any, n: int) -> Any:
+        if req.sampler is None:
+            return None
+        out = []
+        for i in range(n):
+            seeded = with_seed(req.sampler, (req.seed + i) % SEED_MOD)
+            key = (json.dumps(seeded, sort_keys=True), i)
+            if key not in _CHAINS:  # the defect: a chain (and its RNG state) outlives a request
+                _CHAINS[key] = sampling_chain.build_chain(seeded)
+            out.append(_CHAINS[key])
+        return out
+
+    Generator._samplers = _samplers  # type: ignore[method-assign]
+    return target
+
+
+def _ubatch_check_off_by_one(target: Any) -> Any:
+    from reference_impl.errors import GeneratorError
+    from reference_impl.generator import Generator
+
+    original = Generator._validate
+
+    def _validate(self: Generator, req: Any) -> Any:
+        n = len(req.prompts)
+        if 0 < n <= self.ctx.n_seq_max() and n >= self.ctx.n_ubatch():  # the defect: >=, not >
+            raise GeneratorError(
+                "GEN_UBATCH_TOO_SMALL",
+                f"{n} prompts >= n_ubatch = {self.ctx.n_ubatch()}",
+                field="prompts",
+            )
+        return original(self, req)
+
+    Generator._validate = _validate  # type: ignore[method-assign]
+    return target
+
+
+def _reference_logits_last_row(target: Any) -> Any:
+    from reference_impl.decoder.context import Context
+
+    original = Context.get_logits_ith
+
+    def get_logits_ith(self: Context, i: int) -> Any:
+        return original(self, -1)  # the defect: the index is ignored, the last row returned
+
+    Context.get_logits_ith = get_logits_ith  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "gen-stop-token-returned",
@@ -75,5 +201,40 @@ MUTANTS = [
         "generation starts without clearing the prompts' sequences",
         ("GEN-002",),
         _generator_skips_memory_clear,
+    ),
+    Mutant(
+        "gen-step-descending-seq-ids",
+        "generator",
+        "decode steps list the active sequences in descending seq id",
+        ("GEN-005",),
+        _step_descending,
+    ),
+    Mutant(
+        "gen-error-trace-without-failed-call",
+        "generator",
+        "a failed decode's error carries the trace without the failed call",
+        ("GEN-010",),
+        _trace_without_failed_call,
+    ),
+    Mutant(
+        "gen-sampler-chains-reused",
+        "generator",
+        "sampler chains are cached across requests, so a repeated request continues their draws",
+        ("GEN-014",),
+        _sampler_chains_reused,
+    ),
+    Mutant(
+        "gen-ubatch-check-off-by-one",
+        "generator",
+        "a request with exactly n_ubatch prompts is refused with GEN_UBATCH_TOO_SMALL",
+        ("GEN-020",),
+        _ubatch_check_off_by_one,
+    ),
+    Mutant(
+        "gen-reference-logits-last-row",
+        "generator",
+        "the reference's get_logits_ith ignores its index and returns the last output row",
+        ("GEN-019",),
+        _reference_logits_last_row,
     ),
 ]

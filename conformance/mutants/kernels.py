@@ -51,6 +51,12 @@ def _seed_null_every_launch(m, d, o, seed, s_null, v_null):
 
 
 @triton.jit
+def _seed_null_logit_zero(m, d, o, seed, s_null, v_null):
+    s = tl.where(seed, s_null * 0.0, NEG_INF)  # the defect: the null enters with logit 0
+    return _merge_state(m, d, o, s, tl.where(seed, 1.0, 0.0), v_null * tl.where(seed, 1.0, 0.0))
+
+
+@triton.jit
 def _reduce_null_per_partition(
     qs_ptr, qg_ptr, ksn_ptr, kgn_ptr, vn_ptr,
     mp_ptr, dp_ptr, op_ptr, m_ptr, d_ptr, o_ptr,
@@ -176,6 +182,18 @@ def _gqa_softmax_without_guard(target: Any) -> Any:
     return target
 
 
+def _gqa_output_in_cache_dtype(target: Any) -> Any:
+    from kernels import decode_attention
+
+    original = decode_attention.gqa_decode
+
+    def gqa_decode(q: Any, k: Any, v: Any, mask: Any, scale: float, **kw: Any) -> torch.Tensor:
+        return original(q, k, v, mask, scale, **kw).to(v.dtype)  # the defect: v's dtype, not q's
+
+    replace("kernels.decode_attention", "gqa_decode", gqa_decode)
+    return target
+
+
 # --------------------------------------------------------------------------------------------
 # Formats and policy
 # --------------------------------------------------------------------------------------------
@@ -205,6 +223,13 @@ MUTANTS = [
         "1-pass seeds the null token on every launch, not only the first",
         ("KRN-013",),
         _swap(D, "_seed_null", _seed_null_every_launch),
+    ),
+    Mutant(
+        "krn-null-logit-ignored",
+        "kernels",
+        "1-pass seeds the null token with logit 0 instead of its score, so a hopeless null counts",
+        ("KRN-018",),
+        _swap(D, "_seed_null", _seed_null_logit_zero),
     ),
     Mutant(
         "krn-missing-rescale",
@@ -268,5 +293,12 @@ MUTANTS = [
         "the GQA torch path turns a fully masked row into NaN",
         ("KRN-003",),
         _gqa_softmax_without_guard,
+    ),
+    Mutant(
+        "krn-gqa-output-cache-dtype",
+        "kernels",
+        "GQA decode returns its output in the cache's dtype instead of the query's",
+        ("KRN-005",),
+        _gqa_output_in_cache_dtype,
     ),
 ]

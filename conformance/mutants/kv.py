@@ -201,6 +201,32 @@ def _no_head_restart(target: Any) -> Any:
     return target
 
 
+def _n_kv_from_used_count(target: Any) -> Any:
+    """get_n_kv pads the number of used cells instead of the last used cell's index + 1."""
+    from reference_impl.kv.cells import KVCells
+
+    KVCells.used_max_p1 = lambda self: self.get_used()  # type: ignore[method-assign]
+    return target
+
+
+def _seq_div_rounds_up(target: Any) -> Any:
+    from reference_impl.kv.cells import KVCells, shift_delta_div
+
+    def pos_div(self: KVCells, i: int, d: int) -> None:
+        self._touch(i)
+        p_old = int(self.pos[i])
+        m = self.seq[i]
+        self._index_remove(i, p_old, m)
+        p_new = -(-p_old // d)  # the defect: rounds up
+        self.pos[i] = p_new
+        self.shift[i] += shift_delta_div(p_old, p_new)
+        self._index_add(i, p_new, m)
+        self.has_shift = True
+
+    KVCells.pos_div = pos_div  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "kv-prepare-mutates",
@@ -285,5 +311,19 @@ MUTANTS = [
         "find_slot never restarts the search at cell 0 when the head is far past the used cells",
         ("KV-005",),
         _no_head_restart,
+    ),
+    Mutant(
+        "kv-n-kv-from-used-count",
+        "kv",
+        "n_kv is padded from the number of used cells, not from the last used cell",
+        ("KV-002",),
+        _n_kv_from_used_count,
+    ),
+    Mutant(
+        "kv-seq-div-rounds-up",
+        "kv",
+        "seq_div rounds the divided positions up instead of down",
+        ("KV-028",),
+        _seq_div_rounds_up,
     ),
 ]

@@ -66,6 +66,33 @@ def _policy_ignores_unknown_keys(target: Any) -> Any:
     return target
 
 
+def _scales_in_fp32(target: Any) -> Any:
+    from kernels import quant
+
+    original = quant.block_scales
+
+    def block_scales(blocks: torch.Tensor, kind: str) -> torch.Tensor:
+        return original(blocks, kind).to(torch.float32)  # the defect: 4 bytes per block scale
+
+    replace("kernels.quant", "block_scales", block_scales)
+    return target
+
+
+def _ggml_dequantize_truncates(target: Any) -> Any:
+    from kernels import quant
+
+    original = quant.ggml_dequantize
+
+    def ggml_dequantize(data: torch.Tensor, qtype: str, n: int | None = None) -> torch.Tensor:
+        size = quant.GGML_TYPE_SIZE.get(qtype)
+        if size is not None:  # the defect: a partial block is dropped instead of refused
+            data = data[..., : data.shape[-1] // size * size]
+        return original(data, qtype, n)
+
+    replace("kernels.quant", "ggml_dequantize", ggml_dequantize)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "qnt-nibbles-low-first",
@@ -94,5 +121,19 @@ MUTANTS = [
         "the policy parser silently drops unknown keys",
         ("QNT-018",),
         _policy_ignores_unknown_keys,
+    ),
+    Mutant(
+        "qnt-scales-in-fp32",
+        "kv_quant",
+        "per-token block scales are stored in fp32, so each block costs 4 bytes of scale, not 2",
+        ("QNT-019",),
+        _scales_in_fp32,
+    ),
+    Mutant(
+        "qnt-ggml-dequantize-truncates",
+        "kv_quant",
+        "GGML dequantization silently drops a trailing partial block instead of raising",
+        ("QNT-011",),
+        _ggml_dequantize_truncates,
     ),
 ]

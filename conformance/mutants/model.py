@@ -251,6 +251,40 @@ def _reader_errors_untyped(target: Any) -> Any:
     return target
 
 
+def _rope_dims_key_ignored(target: Any) -> Any:
+    """rope.dimension_count is never read: the head size is assumed."""
+    from reference_impl.model.gguf_loader import _Meta
+
+    original = _Meta.get_int
+
+    def get_int(self: Any, key: str, default: int | None = None) -> int:
+        if key.endswith(".rope.dimension_count") and default is not None:
+            return default
+        return original(self, key, default)
+
+    _Meta.get_int = get_int  # type: ignore[method-assign]
+    return target
+
+
+def _unknown_tokenizer_as_no_vocab(target: Any) -> Any:
+    """An unknown tokenizer.ggml.model loads as a model without a vocabulary."""
+    from reference_impl.errors import EngineError
+    from reference_impl.model import gguf_loader
+
+    original = gguf_loader.load_vocab
+
+    def load_vocab(meta: Any) -> Any:
+        try:
+            return original(meta)
+        except EngineError as err:
+            if err.code == "GGUF_UNSUPPORTED_TOKENIZER" and err.field == "tokenizer.ggml.model":
+                return None
+            raise
+
+    replace("reference_impl.model.gguf_loader", "load_vocab", load_vocab)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "model-output-always-tied",
@@ -388,5 +422,19 @@ MUTANTS = [
         "exceptions of the GGUF reader on a corrupt file escape untyped",
         kills=("GGUF-045",),
         apply=_reader_errors_untyped,
+    ),
+    Mutant(
+        "gguf-rope-dims-key-ignored",
+        "model",
+        "rope.dimension_count is ignored (the head size is assumed), so a contradictory file loads",
+        ("GGUF-011",),
+        _rope_dims_key_ignored,
+    ),
+    Mutant(
+        "gguf-unknown-tokenizer-as-no-vocab",
+        "model",
+        "an unknown tokenizer.ggml.model loads as a model without a vocabulary",
+        ("GGUF-016",),
+        _unknown_tokenizer_as_no_vocab,
     ),
 ]

@@ -2,6 +2,9 @@
 
 list                    sites per area and kind
 run [--sample N|ci|full] [--seed S] [--jobs J] [--timeout T] [--area A ...] [--out DIR]
+cover [--verify] [--tries N] [--jobs J] [--timeout T] [--area A ...] [--id ID ...]
+                        mechanical proofs for invariants without a hand-written mutant
+                        (tools/mutation/cover.py); gaps lists the invariants with neither
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tools.mutation import cover as coverage
 from tools.mutation import run as runner
 from tools.mutation.sites import all_sites
 
@@ -31,7 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant")
     r.add_argument("--area", action="append", help="only these areas")
     r.add_argument("--out", type=Path, default=Path("reports"))
+    c = sub.add_parser("cover", help="prove invariants with mechanical mutants")
+    c.add_argument("--verify", action="store_true", help="re-run the proofs in covered.txt")
+    c.add_argument("--tries", type=int, default=3, help="sites tried per invariant")
+    c.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    c.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant")
+    c.add_argument("--area", action="append", help="only invariants of these areas")
+    c.add_argument("--id", action="append", help="only these invariants")
+    sub.add_parser("gaps", help="active invariants with no mutant proof of either kind")
     args = ap.parse_args(argv)
+    if args.cmd == "cover":
+        missing = coverage.cover(
+            max(1, args.jobs), args.timeout, args.tries, args.area, args.id, args.verify
+        )
+        return 1 if missing and args.verify else 0
+    if args.cmd == "gaps":
+        left = coverage.gaps()
+        print("\n".join(left) if left else "every active invariant has a mutant proof")
+        print(f"{len(left)} without a proof", file=sys.stderr)
+        return 1 if left else 0
     if args.cmd == "list":
         sites = all_sites()
         per = Counter(s.area for s in sites)

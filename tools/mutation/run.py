@@ -81,7 +81,14 @@ def sample(
     return out
 
 
-def run_one(site: Site, timeout: float) -> Result:
+def run_one(
+    site: Site,
+    timeout: float,
+    tests: Sequence[str] = (),
+    extra: Sequence[str] = (),
+    peer: str = "none",
+) -> Result:
+    """Run one mutant against ``tests`` (default: its area's conformance folder)."""
     env = {
         **os.environ,
         "DC_HYPOTHESIS_PROFILE": "ci",
@@ -94,8 +101,9 @@ def run_one(site: Site, timeout: float) -> Result:
         env.pop(var)
     cmd = [
         sys.executable, "-m", "tools.mutation.apply", site.path, str(site.index), "--",
-        f"conformance/{site.area}", "--target", "reference", "--peer", "none", "-x", "-q",
-        "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header", "-rN",
+        *(tests or [f"conformance/{site.area}"]), *extra, "--target", "reference",
+        "--peer", peer, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header",
+        "-rfE",
         "--assert=plain",  # assertion rewriting would load the module before the mutant hook
     ]  # fmt: skip
     start = time.monotonic()
@@ -116,7 +124,7 @@ def run_one(site: Site, timeout: float) -> Result:
     tail = (proc.stdout + proc.stderr).strip().splitlines()
     last = tail[-1] if tail else ""
     if proc.returncode == 1:
-        failed = next((ln for ln in tail if ln.startswith("FAILED ")), last)
+        failed = next((ln for ln in tail if ln.startswith(("FAILED ", "ERROR "))), last)
         return Result(site, "killed", took, failed[:200])
     if proc.returncode == 0:
         return Result(site, "survived", took, last[:200])
