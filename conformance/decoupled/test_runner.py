@@ -99,3 +99,21 @@ def test_summary_reports_null_attention_capability(
     rows = _summary(target, tmp_path, "generate", "--prompt", "4,8", "--max-new", "1", *argv)
     assert rows["Null Attention"] == status, rows
     assert "KV Policy" in rows
+
+
+@pytest.mark.invariant("DBA-013")
+def test_generate_given_or_derived_policy_gives_the_same_tokens(target: Any) -> None:
+    """generate prints the prompt then --max-new greedy tokens; a policy given with --kv-policy
+    and the same policy derived from --kv-quant/--kv-resid give the same tokens."""
+
+    def tokens(*argv: str) -> list[int]:
+        rc, out, err = target.decoupled_runner(
+            ["generate", "--seed", "1", "--prompt", "4,8", "--max-new", "3", *argv]
+        )
+        assert rc == 0, f"exit {rc}: {err}"
+        line = next(ln for ln in out.splitlines() if ln.startswith("tokens: "))
+        return [int(t) for t in line.removeprefix("tokens: ").split(",")]
+
+    derived = tokens("--kv-quant", "fused", "--kv-resid", "2")
+    assert derived[:2] == [4, 8] and len(derived) == 5, derived
+    assert tokens("--kv-policy", "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=2") == derived

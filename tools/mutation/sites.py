@@ -40,6 +40,7 @@ AREAS: dict[str, str] = {
     "reference_impl/sampling": "sampling",
     "reference_impl/tokenizer": "tokenizer",
     "reference_impl/generator": "generator",
+    "reference_impl/decoupled": "decoupled",
     "kernels/quant": "kv_quant",
     "kernels/quant_triton": "kv_quant",
     "kernels/policy": "kv_quant",
