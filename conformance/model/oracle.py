@@ -13,6 +13,11 @@ It shares no code with ``reference_impl``: weights come from ``gguf.GGUFReader``
                 m = x / sqrt(mean(x^2) + eps) * g_ffn
                 x += Wdown (silu(Wgate m) * (Wup m))
     logits = Wout (x / sqrt(mean(x^2) + eps) * g_out),  Wout = E when output.weight is absent
+
+Optional tensors and architecture variants, straight from their definitions: a ``.bias`` is
+added to its matrix's product; a fused ``attn_qkv`` is Q's rows, then K's, then V's;
+``rope_freqs`` divides pair j's angle by rope_freqs[j]; ``qwen2`` rotates the NEOX pairs
+(q[j], q[j + head_dim/2]) instead of adjacent ones.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class OracleModel:
     eps: float
     freq_base: float
     tensors: dict[str, np.ndarray]  # float64, numpy shapes
+    neox: bool = False
 
 
 def _scalar(reader: Any, key: str, default: Any = None) -> Any:
@@ -60,6 +66,13 @@ def load(path: str | os.PathLike[str]) -> OracleModel:
         tensors[t.name] = np.asarray(values, dtype=np.float64).reshape(shape)
     if "output.weight" not in tensors:
         tensors["output.weight"] = tensors["token_embd.weight"]
+    n_head_kv = int(_scalar(reader, f"{arch}.attention.head_count_kv", n_head))
+    head_dim = n_embd // n_head
+    for name in [n for n in tensors if ".attn_qkv." in n]:
+        fused = tensors.pop(name)
+        ends = np.cumsum([n_head * head_dim, n_head_kv * head_dim])
+        for part, values in zip(("attn_q", "attn_k", "attn_v"), np.split(fused, ends)):
+            tensors[name.replace("attn_qkv", part)] = values
     return OracleModel(
         n_embd=n_embd,
         n_layer=int(_scalar(reader, f"{arch}.block_count")),
@@ -69,6 +82,7 @@ def load(path: str | os.PathLike[str]) -> OracleModel:
         eps=float(_scalar(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         freq_base=float(_scalar(reader, f"{arch}.rope.freq_base", 10000.0)),
         tensors=tensors,
+        neox=arch == "qwen2",
     )
 
 
@@ -76,17 +90,29 @@ def _rmsnorm(x: np.ndarray, g: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x) + eps) * g
 
 
-def _rope(vec: np.ndarray, pos: int, base: float) -> np.ndarray:
-    """Rotate adjacent pairs of one head vector."""
+def _rope(
+    vec: np.ndarray, pos: int, base: float, factors: np.ndarray | None = None, neox: bool = False
+) -> np.ndarray:
+    """Rotate the pairs of one head vector: adjacent (2j, 2j+1), or (j, j+d/2) for NEOX."""
     d = vec.shape[0]
     out = vec.copy()
     for j in range(d // 2):
         theta = pos * base ** (-2.0 * j / d)
+        if factors is not None:
+            theta /= factors[j]
         c, s = np.cos(theta), np.sin(theta)
-        x0, x1 = vec[2 * j], vec[2 * j + 1]
-        out[2 * j] = x0 * c - x1 * s
-        out[2 * j + 1] = x0 * s + x1 * c
+        a, b = (j, j + d // 2) if neox else (2 * j, 2 * j + 1)
+        x0, x1 = vec[a], vec[b]
+        out[a] = x0 * c - x1 * s
+        out[b] = x0 * s + x1 * c
     return out
+
+
+def _linear(w: dict[str, np.ndarray], name: str, x: np.ndarray) -> np.ndarray:
+    """``W x (+ b)`` for the tensor ``<name>.weight`` and its optional ``<name>.bias``."""
+    y = w[name + ".weight"] @ x
+    bias = w.get(name + ".bias")
+    return y if bias is None else y + bias
 
 
 def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
@@ -96,6 +122,11 @@ def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
     hd = m.head_dim
     group = m.n_head // m.n_head_kv
     xs = [w["token_embd.weight"][t].copy() for t in tokens]
+    factors = w.get("rope_freqs.weight")
+
+    def rope(vec: np.ndarray, pos: int) -> np.ndarray:
+        return _rope(vec, pos, m.freq_base, factors, m.neox)
+
     for il in range(m.n_layer):
         p = f"blk.{il}."
         keys: list[np.ndarray] = []  # [n_head_kv, hd] per token
@@ -103,11 +134,11 @@ def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
         queries: list[np.ndarray] = []
         for pos, x in enumerate(xs):
             h = _rmsnorm(x, w[p + "attn_norm.weight"], m.eps)
-            q = (w[p + "attn_q.weight"] @ h).reshape(m.n_head, hd)
-            k = (w[p + "attn_k.weight"] @ h).reshape(m.n_head_kv, hd)
-            v = (w[p + "attn_v.weight"] @ h).reshape(m.n_head_kv, hd)
-            queries.append(np.stack([_rope(q[i], pos, m.freq_base) for i in range(m.n_head)]))
-            keys.append(np.stack([_rope(k[i], pos, m.freq_base) for i in range(m.n_head_kv)]))
+            q = _linear(w, p + "attn_q", h).reshape(m.n_head, hd)
+            k = _linear(w, p + "attn_k", h).reshape(m.n_head_kv, hd)
+            v = _linear(w, p + "attn_v", h).reshape(m.n_head_kv, hd)
+            queries.append(np.stack([rope(q[i], pos) for i in range(m.n_head)]))
+            keys.append(np.stack([rope(k[i], pos) for i in range(m.n_head_kv)]))
             vals.append(v)
         new_xs = []
         for t, x in enumerate(xs):
@@ -119,11 +150,11 @@ def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
                 probs = np.exp(scores - scores.max())
                 probs /= probs.sum()
                 heads.append(sum(probs[s] * vals[s][kv] for s in range(t + 1)))
-            x = x + w[p + "attn_output.weight"] @ np.concatenate(heads)
+            x = x + _linear(w, p + "attn_output", np.concatenate(heads))
             h = _rmsnorm(x, w[p + "ffn_norm.weight"], m.eps)
-            gate = w[p + "ffn_gate.weight"] @ h
-            up = w[p + "ffn_up.weight"] @ h
-            x = x + w[p + "ffn_down.weight"] @ (gate / (1.0 + np.exp(-gate)) * up)
+            gate = _linear(w, p + "ffn_gate", h)
+            up = _linear(w, p + "ffn_up", h)
+            x = x + _linear(w, p + "ffn_down", gate / (1.0 + np.exp(-gate)) * up)
             new_xs.append(x)
         xs = new_xs
     out = [w["output.weight"] @ _rmsnorm(x, w["output_norm.weight"], m.eps) for x in xs]

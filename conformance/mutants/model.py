@@ -285,7 +285,131 @@ def _unknown_tokenizer_as_no_vocab(target: Any) -> Any:
     return target
 
 
+def _k_bias_ignored(target: Any) -> Any:
+    # The fused Q/K/V bias leaves K's part out (zeros): K is computed without its bias.
+    import reference_impl.model.llama as llama
+
+    original = llama.fuse_qkv_bias
+
+    def fuse_qkv_bias(lw: Any) -> torch.Tensor | None:
+        out = original(lw)
+        if out is not None:
+            n_q, n_k = lw.wq.shape[0], lw.wk.shape[0]
+            out = out.clone()
+            out[n_q : n_q + n_k] = 0.0
+        return out
+
+    replace(llama.__name__, "fuse_qkv_bias", fuse_qkv_bias)
+    return target
+
+
+def _rope_factors(how: str) -> Any:
+    # rope_freqs ignored, or applied as multipliers of the angles instead of divisors.
+    def apply(target: Any) -> Any:
+        import reference_impl.model.llama as llama
+
+        original = llama.rope_theta
+
+        def rope_theta(
+            positions: np.ndarray, n_rot: int, freq_base: float, freq_factors: Any = None
+        ) -> np.ndarray:
+            if freq_factors is None or how == "ignored":
+                return original(positions, n_rot, freq_base)
+            base = original(positions, n_rot, freq_base)
+            return (base * np.asarray(freq_factors, dtype=np.float32)).astype(np.float32)
+
+        replace(llama.__name__, "rope_theta", rope_theta)
+        return target
+
+    return apply
+
+
+def _qwen2_rope_norm(target: Any) -> Any:
+    # qwen2 rotates adjacent pairs (llama's NORM mode) instead of NEOX's (x[j], x[j + d/2]).
+    import reference_impl.model.llama as llama
+
+    replace(llama.__name__, "rope_function", lambda hp: llama.apply_rope)
+    return target
+
+
+def _fused_qkv_v_before_k(target: Any) -> Any:
+    # A fused attn_qkv is split as Q, V, K (V's rows taken before K's).
+    import dataclasses
+
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.layer_weights
+
+    def layer_weights(hp: Any, loaded: dict[str, torch.Tensor], il: int) -> Any:
+        lw = original(hp, loaded, il)
+        if f"blk.{il}.attn_qkv.weight" not in loaded:
+            return lw
+        return dataclasses.replace(lw, wk=lw.wv, wv=lw.wk, bk=lw.bv, bv=lw.bk)
+
+    replace(loader.__name__, "layer_weights", layer_weights)
+    return target
+
+
+def _bias_length_n_embd(target: Any) -> Any:
+    # Every bias is expected to hold n_embd values (the matrix's input size), not its output's.
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.optional_tensor_shapes
+
+    def optional_tensor_shapes(hp: Any, spec: Any) -> dict[str, tuple[int, ...]]:
+        shapes = original(hp, spec)
+        for name in shapes:
+            if name.endswith(".bias") and ".attn_qkv." not in name:
+                shapes[name] = (hp.n_embd,)
+        return shapes
+
+    replace(loader.__name__, "optional_tensor_shapes", optional_tensor_shapes)
+    return target
+
+
 MUTANTS = [
+    Mutant(
+        "model-k-bias-ignored",
+        "model",
+        "the K projection's bias (attn_k.bias, or K's part of attn_qkv.bias) is not added",
+        kills=("GGUF-044", "GGUF-046"),
+        apply=_k_bias_ignored,
+    ),
+    Mutant(
+        "model-rope-factors-ignored",
+        "model",
+        "rope_freqs is loaded but the RoPE angles are not divided by it",
+        kills=("GGUF-047",),
+        apply=_rope_factors("ignored"),
+    ),
+    Mutant(
+        "model-rope-factors-multiplied",
+        "model",
+        "the RoPE angles are multiplied by rope_freqs instead of divided",
+        kills=("GGUF-047",),
+        apply=_rope_factors("multiplied"),
+    ),
+    Mutant(
+        "model-qwen2-rope-norm",
+        "model",
+        "qwen2 rotates adjacent pairs (NORM RoPE) instead of (x[j], x[j + n_rot/2]) (NEOX)",
+        kills=("GGUF-046",),
+        apply=_qwen2_rope_norm,
+    ),
+    Mutant(
+        "model-fused-qkv-v-before-k",
+        "model",
+        "a fused attn_qkv is split as Q, V, K instead of Q, K, V",
+        kills=("GGUF-044",),
+        apply=_fused_qkv_v_before_k,
+    ),
+    Mutant(
+        "model-bias-length-n-embd",
+        "model",
+        "every bias must hold n_embd values, so a K bias of n_embd values loads",
+        kills=("GGUF-048",),
+        apply=_bias_length_n_embd,
+    ),
     Mutant(
         "model-output-always-tied",
         "model",

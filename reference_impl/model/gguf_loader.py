@@ -5,7 +5,8 @@ formats of :mod:`reference_impl.model.dequant`) are dequantized to float32 at lo
 how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` /
 ``load_arch_tensors``):
 
-* ``general.architecture`` must be ``llama``;
+* ``general.architecture`` must be ``llama`` or ``qwen2`` (:mod:`reference_impl.model.arch`
+  says what differs); ``<arch>.*`` keys below;
 * ``llama.embedding_length``, ``llama.block_count``, ``llama.feed_forward_length``,
   ``llama.attention.head_count``, ``llama.context_length`` and
   ``llama.attention.layer_norm_rms_epsilon`` are required; ``head_count_kv`` defaults to
@@ -14,6 +15,8 @@ how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` 
 * ``n_vocab`` is the length of ``tokenizer.ggml.tokens`` (or ``llama.vocab_size`` for a
   ``no_vocab`` file);
 * ``output.weight`` is optional: without it the output projection is ``token_embd`` (tied);
+* the architecture's optional tensors (biases, a fused ``attn_qkv``, ``rope_freqs``) are read
+  when present, with their shapes checked like the others;
 * every other tensor must be present with the expected shape, and no extra tensor may exist.
 
 Loader options, as in ``llama_model_params``: ``vocab_only`` stops after the hyperparameters and
@@ -38,10 +41,11 @@ import torch
 
 from reference_impl.errors import ModelLoadError
 from reference_impl.model import dequant
+from reference_impl.model.arch import ARCHS, ArchSpec
 from reference_impl.spec_links import implements
 from reference_impl.tokenizer import SpmVocab, load_vocab
 
-SUPPORTED_ARCHS = ("llama",)
+SUPPORTED_ARCHS = tuple(ARCHS)
 SUPPORTED_TYPES = tuple(dequant.TYPE_NAMES)
 
 LOAD_ERROR_CODES = (
@@ -81,6 +85,7 @@ class HParams:
     rope_freq_base: float
     n_ctx_train: int
     tied_output: bool
+    rope_neox: bool = False  # NEOX RoPE pairs (qwen2) instead of NORM's adjacent pairs
 
     @property
     def n_embd_q(self) -> int:
@@ -112,6 +117,18 @@ class LayerWeights:
     ffn_gate: torch.Tensor
     ffn_up: torch.Tensor
     ffn_down: torch.Tensor
+    # Optional biases (None when the file has none): ``[out_features]`` float32.
+    bq: torch.Tensor | None = None
+    bk: torch.Tensor | None = None
+    bv: torch.Tensor | None = None
+    bo: torch.Tensor | None = None
+    ffn_gate_b: torch.Tensor | None = None
+    ffn_up_b: torch.Tensor | None = None
+    ffn_down_b: torch.Tensor | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        return any(getattr(self, attr) is not None for attr in _BIAS_ATTRS.values())
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,7 @@ class ModelWeights:
     metadata: dict[str, Any] = field(default_factory=dict)  # scalar general.* keys
     vocab_only: bool = False  # loaded without tensors: the tensor fields are empty
     files: tuple[Path, ...] = ()  # every file read, the first part of a split model first
+    rope_freqs: torch.Tensor | None = None  # [n_rot/2] frequency divisors (llama 3), or None
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -165,7 +183,18 @@ _LAYER_TENSORS = {
     "ffn_down": "ffn_down",
 }
 
-# Known llama tensors that this reference does not implement (llama.cpp accepts them).
+_BIAS_ATTRS = {
+    "attn_q": "bq",
+    "attn_k": "bk",
+    "attn_v": "bv",
+    "attn_output": "bo",
+    "ffn_gate": "ffn_gate_b",
+    "ffn_up": "ffn_up_b",
+    "ffn_down": "ffn_down_b",
+}
+
+# Known llama-family tensors that this reference does not implement (llama.cpp accepts them
+# for some architecture); refused unless the architecture's ArchSpec allows them.
 _UNSUPPORTED_TENSORS = (
     "rope_freqs",
     "attn_qkv",
@@ -366,6 +395,7 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
         rope_freq_base=freq_base,
         n_ctx_train=n_ctx_train,
         tied_output="output.weight" not in tensor_names,
+        rope_neox=ARCHS[arch].rope_neox,
     )
     return hp, vocab
 
@@ -394,6 +424,59 @@ def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
         shapes[p + "ffn_up.weight"] = (hp.n_embd, hp.n_ff)
         shapes[p + "ffn_down.weight"] = (hp.n_ff, hp.n_embd)
     return shapes
+
+
+@implements("GGUF-044", "GGUF-046", "GGUF-048")
+def optional_tensor_shapes(hp: HParams, spec: ArchSpec) -> dict[str, tuple[int, ...]]:
+    """ggml shapes of the optional tensors the architecture accepts: ``rope_freqs.weight``
+    (``n_rot/2`` divisors, one tensor for every layer), per-layer biases (the output length of
+    their matrix) and the fused ``attn_qkv`` weight and bias."""
+    kv = hp.n_embd_k_gqa
+    lengths = {
+        "attn_q": hp.n_embd_q,
+        "attn_k": kv,
+        "attn_v": kv,
+        "attn_output": hp.n_embd,
+        "ffn_gate": hp.n_ff,
+        "ffn_up": hp.n_ff,
+        "ffn_down": hp.n_embd,
+    }
+    n_qkv = hp.n_embd_q + 2 * kv
+    shapes: dict[str, tuple[int, ...]] = {}
+    if spec.rope_freqs:
+        shapes["rope_freqs.weight"] = (hp.n_rot // 2,)
+    for i in range(hp.n_layer):
+        p = f"blk.{i}."
+        for b in spec.biases:
+            shapes[p + b + ".bias"] = (lengths[b],)
+        if spec.fused_qkv:
+            shapes[p + "attn_qkv.weight"] = (hp.n_embd, n_qkv)
+            shapes[p + "attn_qkv.bias"] = (n_qkv,)
+    return shapes
+
+
+@implements("GGUF-044")
+def plan_tensors(
+    hp: HParams, spec: ArchSpec, present: set[str]
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]], set[str]]:
+    """(required shapes, optional shapes, displaced names) for the tensors ``present``. A layer
+    with a fused ``attn_qkv.weight`` needs no separate Q/K/V, and then separate Q/K/V weights
+    or biases are displaced (llama.cpp does not create them, so it refuses the file); a layer
+    without it has no ``attn_qkv.bias``."""
+    required = expected_tensor_shapes(hp)
+    optional = optional_tensor_shapes(hp, spec)
+    displaced: set[str] = set()
+    for i in range(hp.n_layer):
+        p = f"blk.{i}."
+        if p + "attn_qkv.weight" in present:
+            for m in ("attn_q", "attn_k", "attn_v"):
+                for name in (p + m + ".weight", p + m + ".bias"):
+                    required.pop(name, None)
+                    optional.pop(name, None)
+                    displaced.add(name)
+        else:
+            optional.pop(p + "attn_qkv.bias", None)
+    return required, optional, displaced
 
 
 @implements("GGUF-006", "GGUF-007", "GGUF-045")
@@ -551,6 +634,31 @@ def vocab_only_weights(
     )
 
 
+@implements("GGUF-044")
+def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> LayerWeights:
+    """Block ``il`` from the loaded tensors: a fused ``attn_qkv`` (and its bias) is split by
+    rows into Q, K and V (Q's ``n_embd_q`` rows first, then K's and V's ``n_embd_k_gqa``)."""
+    p = f"blk.{il}."
+    mats = {
+        attr: loaded[p + key + ".weight"]
+        for key, attr in _LAYER_TENSORS.items()
+        if p + key + ".weight" in loaded
+    }
+    biases = {
+        attr: loaded[p + key + ".bias"]
+        for key, attr in _BIAS_ATTRS.items()
+        if p + key + ".bias" in loaded
+    }
+    if p + "attn_qkv.weight" in loaded:
+        sizes = [hp.n_embd_q, hp.n_embd_k_gqa, hp.n_embd_k_gqa]
+        wq, wk, wv = torch.split(loaded[p + "attn_qkv.weight"], sizes, dim=0)
+        mats.update(wq=wq.contiguous(), wk=wk.contiguous(), wv=wv.contiguous())
+        if p + "attn_qkv.bias" in loaded:
+            bq, bk, bv = torch.split(loaded[p + "attn_qkv.bias"], sizes)
+            biases.update(bq=bq.contiguous(), bk=bk.contiguous(), bv=bv.contiguous())
+    return LayerWeights(**mats, **biases)
+
+
 @implements("GGUF-005", "GGUF-012", "GGUF-013", "GGUF-014", "GGUF-015")
 def load_gguf(
     path: str | os.PathLike[str], *, vocab_only: bool = False, check_tensors: bool = False
@@ -567,21 +675,31 @@ def load_gguf(
     files = tuple(part for part, _ in split_parts)
     if vocab_only:
         return vocab_only_weights(p, hp, vocab, files)
-    expected = expected_tensor_shapes(hp)
+    spec = ARCHS[hp.arch]
+    expected, optional, displaced = plan_tensors(hp, spec, set(tensors))
 
     for name in tensors:
-        if name in expected:
+        if name in expected or name in optional:
             continue
+        if name in displaced:
+            raise _err(
+                "GGUF_UNEXPECTED_TENSOR",
+                f"tensor {name!r} is stored alongside the fused attn_qkv of its layer",
+                name,
+            )
         parts = name.split(".")
         if len(parts) >= 3 and parts[0] == "blk" and parts[2] in _UNSUPPORTED_TENSORS:
             raise _err("GGUF_UNSUPPORTED_FEATURE", f"tensor {name!r} is not supported", name)
         if name.split(".")[0] in _UNSUPPORTED_TENSORS or name.endswith(".bias"):
             raise _err("GGUF_UNSUPPORTED_FEATURE", f"tensor {name!r} is not supported", name)
-        raise _err("GGUF_UNEXPECTED_TENSOR", f"tensor {name!r} is not used by a llama model", name)
+        raise _err(
+            "GGUF_UNEXPECTED_TENSOR", f"tensor {name!r} is not used by a {hp.arch} model", name
+        )
 
     loaded: dict[str, torch.Tensor] = {}
     types: dict[str, str] = {}
-    for name, shape in expected.items():
+    wanted = {**expected, **{n: shape for n, shape in optional.items() if n in tensors}}
+    for name, shape in wanted.items():
         t = tensors.get(name)
         if t is None:
             if name == "output.weight":
@@ -608,12 +726,7 @@ def load_gguf(
         loaded[name] = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
         types[name] = dequant.TYPE_NAMES[ggml_type]
 
-    layers = tuple(
-        LayerWeights(
-            **{attr: loaded[f"blk.{i}.{key}.weight"] for key, attr in _LAYER_TENSORS.items()}
-        )
-        for i in range(hp.n_layer)
-    )
+    layers = tuple(layer_weights(hp, loaded, i) for i in range(hp.n_layer))
     metadata: dict[str, Any] = {}
     for key, f in reader.fields.items():
         if key.startswith("general.") and f.types and f.types[0].name != "ARRAY":
@@ -629,4 +742,5 @@ def load_gguf(
         tensor_types=types,
         metadata=metadata,
         files=files,
+        rope_freqs=loaded.get("rope_freqs.weight"),
     )

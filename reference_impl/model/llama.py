@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl.errors import BatchError
-from reference_impl.model.gguf_loader import HParams, ModelWeights
+from reference_impl.model.gguf_loader import HParams, LayerWeights, ModelWeights
 from reference_impl.spec_links import implements
 
 # attention(q [n_tokens, n_head, hd], k [n_kv, n_head_kv, hd], v [n_kv, n_head_kv, hd],
@@ -94,15 +94,21 @@ def normed_matmul(x: torch.Tensor, w_t: torch.Tensor, eps: float) -> torch.Tenso
     return torch.addmm(_scalar(0.0), x, w_t, beta=0.0, alpha=1.0 / math.sqrt(mean_sq + eps))
 
 
-@implements("GGUF-020")
-def rope_theta(positions: np.ndarray, n_rot: int, freq_base: float) -> np.ndarray:
-    """Rotation angles ``[n_pos, n_rot/2]`` (float32) the way ggml's rope cache builds them."""
+@implements("GGUF-020", "GGUF-047")
+def rope_theta(
+    positions: np.ndarray, n_rot: int, freq_base: float, freq_factors: np.ndarray | None = None
+) -> np.ndarray:
+    """Rotation angles ``[n_pos, n_rot/2]`` (float32) the way ggml's rope cache builds them.
+    ``freq_factors`` (llama 3 ``rope_freqs``, ``[n_rot/2]``) divide pair ``j``'s angle by
+    ``freq_factors[j]``, after the float32 power series, as ggml's ``rope_yarn(theta / ff)``."""
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
     theta = np.asarray(positions, dtype=np.float32).copy()
     out = np.empty((theta.shape[0], n_rot // 2), dtype=np.float32)
     for j in range(n_rot // 2):
         out[:, j] = theta
         theta = (theta * theta_scale).astype(np.float32)
+    if freq_factors is not None:
+        out /= np.asarray(freq_factors, dtype=np.float32)
     return out
 
 
@@ -114,6 +120,44 @@ def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     n, heads, hd = x.shape
     torch.view_as_complex(x.view(n, heads, hd // 2, 2)).mul_(rot)
     return x
+
+
+@implements("GGUF-046")
+def apply_rope_neox(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """NEOX RoPE (qwen2), *in place*: pair ``j`` is ``(x[j], x[j + hd/2])``, rotated by the same
+    angles as :func:`apply_rope`'s pair ``j``. Returns ``x``."""
+    half = x.shape[-1] // 2
+    x0, x1 = x[..., :half], x[..., half:]
+    c, s = rot.real, rot.imag
+    first = x0 * c - x1 * s
+    x1.mul_(c).addcmul_(x0, s)  # x0·s + x1·c, before x0 is overwritten
+    x0.copy_(first)
+    return x
+
+
+def rope_function(hp: HParams) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The rotation of the architecture (looked up per call, so a mutant can swap either)."""
+    return apply_rope_neox if hp.rope_neox else apply_rope
+
+
+@implements("GGUF-044", "GGUF-046")
+def fuse_qkv_bias(lw: LayerWeights) -> torch.Tensor | None:
+    """``cat(bq, bk, bv)`` matching the fused QKV matmul's columns (a missing part is zeros),
+    or None when the layer has none of them."""
+    parts = (lw.bq, lw.bk, lw.bv)
+    if all(b is None for b in parts):
+        return None
+    sizes = (lw.wq.shape[0], lw.wk.shape[0], lw.wv.shape[0])
+    return torch.cat([torch.zeros(n) if b is None else b for b, n in zip(parts, sizes)])
+
+
+@implements("GGUF-044")
+def fuse_gate_up_bias(lw: LayerWeights) -> torch.Tensor | None:
+    """``cat(ffn_gate_b, ffn_up_b)`` matching the fused gate/up matmul, or None."""
+    if lw.ffn_gate_b is None and lw.ffn_up_b is None:
+        return None
+    n_ff = lw.ffn_gate.shape[0]
+    return torch.cat([torch.zeros(n_ff) if b is None else b for b in (lw.ffn_gate_b, lw.ffn_up_b)])
 
 
 @implements("GGUF-020")
@@ -160,13 +204,22 @@ def causal_mask(n_tokens: int, dtype: torch.dtype = torch.float32) -> torch.Tens
 class RopeCache:
     """Complex rotations ``cos + i·sin`` per position, grown on demand (positions >= 0)."""
 
-    def __init__(self, n_rot: int, freq_base: float, initial: int = 256) -> None:
+    def __init__(
+        self,
+        n_rot: int,
+        freq_base: float,
+        initial: int = 256,
+        freq_factors: np.ndarray | None = None,
+    ) -> None:
         self.n_rot = n_rot
         self.freq_base = freq_base
+        self.freq_factors = freq_factors
         self.table = self._build(np.arange(initial))
 
     def _build(self, positions: np.ndarray) -> torch.Tensor:
-        theta = torch.from_numpy(rope_theta(positions, self.n_rot, self.freq_base))
+        theta = torch.from_numpy(
+            rope_theta(positions, self.n_rot, self.freq_base, self.freq_factors)
+        )
         return torch.polar(torch.ones_like(theta), theta)
 
     def rotations(self, positions: np.ndarray) -> torch.Tensor:
@@ -197,6 +250,15 @@ class FusedLayer:
     # decode step streams every matrix row by row)
     w_gate_up_t: torch.Tensor
     w_down_t: torch.Tensor  # [n_ff, n_embd] (transposed view for addmm)
+    # Optional biases (None when absent): cat(bq, bk, bv), bo, cat(gate_b, up_b), down_b.
+    b_qkv: torch.Tensor | None = None
+    b_o: torch.Tensor | None = None
+    b_gate_up: torch.Tensor | None = None
+    b_down: torch.Tensor | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        return any(b is not None for b in (self.b_qkv, self.b_o, self.b_gate_up, self.b_down))
 
 
 class LlamaForward:
@@ -215,10 +277,16 @@ class LlamaForward:
                 wo_t=lw.wo.t(),
                 w_gate_up_t=(torch.cat([lw.ffn_gate, lw.ffn_up], dim=0) * lw.ffn_norm).t(),
                 w_down_t=lw.ffn_down.t(),
+                b_qkv=fuse_qkv_bias(lw),
+                b_o=lw.bo,
+                b_gate_up=fuse_gate_up_bias(lw),
+                b_down=lw.ffn_down_b,
             )
             for lw in weights.layers
         )
-        self.rope = RopeCache(hp.n_rot, hp.rope_freq_base)
+        self.rope_freqs = weights.rope_freqs
+        factors = None if weights.rope_freqs is None else weights.rope_freqs.numpy()
+        self.rope = RopeCache(hp.n_rot, hp.rope_freq_base, freq_factors=factors)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -260,10 +328,14 @@ class LlamaForward:
         n_head, n_head_kv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
         n_qk = n_head + n_head_kv  # Q and K heads (RoPE), then V's n_head_kv
         last = len(self.layers) - 1
+        rope = rope_function(hp)
         for il, layer in enumerate(self.layers):
             # one matmul for Q, K and V, seen as n_head + 2·n_head_kv heads; RoPE on Q and K
-            qkv = normed_matmul(x, layer.wqkv_t, eps).view(n, n_qk + n_head_kv, hd)
-            apply_rope(qkv[:, :n_qk], rot)
+            qkv = normed_matmul(x, layer.wqkv_t, eps)
+            if layer.b_qkv is not None:
+                qkv.add_(layer.b_qkv)
+            qkv = qkv.view(n, n_qk + n_head_kv, hd)
+            rope(qkv[:, :n_qk], rot)
             q, k, v = qkv[:, :n_head], qkv[:, n_head:n_qk], qkv[:, n_qk:]
             o = attend(il, q, k, v)
             if il == last and output_rows is not None:
@@ -271,10 +343,16 @@ class LlamaForward:
                 o = o.index_select(0, output_rows)
                 x = x.index_select(0, output_rows)
             x = torch.addmm(x, o, layer.wo_t)  # residual add fused into the matmul
+            if layer.b_o is not None:
+                x = x.add_(layer.b_o)
             gate_up = normed_matmul(x, layer.w_gate_up_t, eps)
+            if layer.b_gate_up is not None:
+                gate_up.add_(layer.b_gate_up)
             n_ff = layer.w_down_t.shape[0]
             act = F.silu(gate_up[:, :n_ff], inplace=True).mul_(gate_up[:, n_ff:])
             x = torch.addmm(x, act, layer.w_down_t)
+            if layer.b_down is not None:
+                x = x.add_(layer.b_down)
         if not self.layers and output_rows is not None:
             x = x.index_select(0, output_rows)
         return rms_norm(x, self.output_norm, eps)
@@ -394,4 +472,5 @@ class LlamaForward:
             raise BatchError(
                 "MODEL_INPUT", f"delta_positions must be [{k.shape[0]}]", field="delta"
             )
-        return apply_rope(k.to(torch.float32, copy=True), self.rope.rotations(d))
+        rope = rope_function(self.hparams)
+        return rope(k.to(torch.float32, copy=True), self.rope.rotations(d))

@@ -91,6 +91,14 @@ def unsupported(graph: LlamaForward) -> str | None:
         return f"partial RoPE (n_rot {hp.n_rot} != head_dim {hp.head_dim})"
     if hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
         return "n_head is not a multiple of n_head_kv"
+    # The C step is the plain llama layer: NORM RoPE without factors, no bias.
+    if hp.rope_neox:
+        return f"NEOX RoPE ({hp.arch})"
+    if graph.rope_freqs is not None:
+        return "rope_freqs (RoPE frequency factors)"
+    for il, layer in enumerate(graph.layers):
+        if layer.has_bias:
+            return f"layer {il} has biases"
     for il, layer in enumerate(graph.layers):
         for name, t in _layer_matrices(layer).items():
             if not _f32_contiguous(t):

@@ -97,18 +97,18 @@ def test_no_vocab_model_loads_without_tokenizer(tmp_path: Path) -> None:
             "llama.attention.value_length",
         ),
         (
-            {"override_tensors": {"blk.0.attn_q.bias": np.zeros(64, np.float32)}},
+            {"override_tensors": {"blk.0.attn_norm.bias": np.zeros(64, np.float32)}},
             "GGUF_UNSUPPORTED_FEATURE",
-            "blk.0.attn_q.bias",
+            "blk.0.attn_norm.bias",
         ),
         (
             {"override_tensors": {"blk.0.attn_qkv.weight": np.zeros((192, 64), np.float32)}},
-            "GGUF_UNSUPPORTED_FEATURE",
-            "blk.0.attn_qkv.weight",
+            "GGUF_UNEXPECTED_TENSOR",  # the separate attn_q beside the fused attn_qkv
+            "blk.0.attn_q.weight",
         ),
         (
-            {"override_tensors": {"rope_freqs.weight": np.ones(8, np.float32)}},
-            "GGUF_UNSUPPORTED_FEATURE",
+            {"override_tensors": {"rope_freqs.weight": np.ones(4, np.float32)}},
+            "GGUF_SHAPE_MISMATCH",  # n_rot / 2 = 8 values
             "rope_freqs.weight",
         ),
         ({"override_keys": {"llama.block_count": 0}}, "GGUF_INVALID_HPARAM", "llama.block_count"),

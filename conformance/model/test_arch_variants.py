@@ -1,0 +1,227 @@
+"""llama's optional tensors (biases, fused ``attn_qkv``, ``rope_freqs``) and the ``qwen2``
+architecture, on the suite's own random-weight F32 fixtures (``ARCH_FIXTURES``).
+
+Each variant is checked against the float64 oracle (which reads the optional tensors from their
+definitions), against the peer (llama.cpp by default: prompt logits, cached greedy decode steps
+and a three-sequence batch, F32 K/V), and through its typed load errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.assertions import assert_nmse, nmse, raises_code
+from conformance.decoder.helpers import batch
+from conformance.fixtures.gguf_models import ARCH_FIXTURES, fixture_path, write_gguf
+from conformance.gate import cached
+from conformance.model import oracle
+from conformance.model.test_forward import PROMPTS
+
+# What each fixture shows: llama's biases (and the same weights as one fused attn_qkv), llama 3
+# rope factors, qwen2.
+VARIANTS = {
+    "llama_bias": ("GGUF-044",),
+    "llama_qkv": ("GGUF-044",),
+    "llama3_rope": ("GGUF-047",),
+    "qwen2": ("GGUF-046",),
+}
+assert set(VARIANTS) == set(ARCH_FIXTURES)
+NMSE_BAR = 1e-6  # F32 weights, F32 K/V: both engines compute the same float32 function
+N_STEPS = 10  # cached decode steps after the prompt
+
+
+def _params(names: list[str] | None = None) -> list[Any]:
+    return [
+        pytest.param(n, id=n, marks=pytest.mark.invariant(*VARIANTS[n]))
+        for n in (names or list(VARIANTS))
+    ]
+
+
+@pytest.mark.requires("model.load", "model.forward")
+@pytest.mark.parametrize("name", _params())
+def test_variant_logits_match_oracle(
+    name: str, target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    handle = load(name)
+    for label, tokens in PROMPTS.items():
+        got = np.asarray(target.forward_logits(handle, tokens))
+        assert_nmse(oracle.forward(gguf_path(name), tokens), got, NMSE_BAR, f"{name}/{label}")
+
+
+@pytest.mark.invariant("GGUF-044")
+@pytest.mark.requires("model.load", "model.forward")
+def test_fused_qkv_computes_like_separate_tensors(target: Any, load: Callable[[str], Any]) -> None:
+    # llama_qkv stores llama_bias's Q/K/V weights and biases as one attn_qkv (Q, K, V rows)
+    tokens = PROMPTS["long"]
+    fused = np.asarray(target.forward_logits(load("llama_qkv"), tokens))
+    separate = np.asarray(target.forward_logits(load("llama_bias"), tokens))
+    assert_nmse(separate, fused, 1e-10, "fused attn_qkv vs separate Q/K/V")
+
+
+def _context(engine: Any, name: str) -> Any:
+    model = cached(engine, "load_model", str(fixture_path(name)))
+    return engine.new_context(
+        model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=3, kv_dtype=torch.float32
+    )
+
+
+def _rows(ctx: Any, n: int) -> np.ndarray:
+    return np.stack([np.asarray(ctx.get_logits_ith(i), dtype=np.float64) for i in range(n)])
+
+
+def _step_both(ours: Any, theirs: Any, b: Any, what: str) -> np.ndarray:
+    """Decode ``b`` in both contexts; the rows agree within the bar and in their argmax."""
+    assert ours.decode(b) == 0 and theirs.decode(b) == 0, what
+    n = b.n_tokens
+    mine, peer_rows = _rows(ours, n), _rows(theirs, n)
+    err = nmse(peer_rows, mine)
+    assert err <= NMSE_BAR, f"{what}: NMSE vs the peer {err:.3e}"
+    assert mine.argmax(-1).tolist() == peer_rows.argmax(-1).tolist(), f"{what}: greedy tokens"
+    return mine
+
+
+@pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype")
+@pytest.mark.parametrize("name", _params())
+def test_prompt_and_decode_steps_match_peer(name: str, target: Any, peer: Any) -> None:
+    ours, theirs = _context(target, name), _context(peer, name)
+    prompt = PROMPTS["long"]
+    k = len(prompt)
+    rows = _step_both(ours, theirs, batch(prompt, pos=list(range(k)), all_out=True), "prompt")
+    tok = int(rows[-1].argmax())
+    for i in range(N_STEPS):  # greedy: each step feeds the argmax both engines agreed on
+        rows = _step_both(ours, theirs, batch([tok], pos=[k + i], all_out=True), f"step {i}")
+        tok = int(rows[0].argmax())
+
+
+@pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype")
+@pytest.mark.parametrize("name", _params())
+def test_multi_sequence_batch_matches_peer(name: str, target: Any, peer: Any) -> None:
+    ours, theirs = _context(target, name), _context(peer, name)
+    # three 6-token prompts interleaved in one batch, then 8 steps of one token per sequence
+    toks = PROMPTS["long"]
+    b = batch(
+        toks, seqs=[[i % 3] for i in range(18)], pos=[i // 3 for i in range(18)], all_out=True
+    )
+    rows = _step_both(ours, theirs, b, "prompts")
+    last = rows[-3:].argmax(-1).tolist()  # rows 15, 16, 17: the last token of seqs 0, 1, 2
+    for i in range(8):
+        step = batch(last, seqs=[[0], [1], [2]], pos=[6 + i] * 3, all_out=True)
+        last = _step_both(ours, theirs, step, f"step {i}").argmax(-1).tolist()
+
+
+@pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype", "decoder.shift")
+@pytest.mark.parametrize("name", _params(["llama3_rope", "qwen2"]))
+def test_k_shift_matches_peer(name: str, target: Any, peer: Any) -> None:
+    # drop positions 4..7, shift 8..17 down by 4 (the K-shift re-rotates cached keys with the
+    # architecture's RoPE, factors included), then greedy steps from position 14
+    ours, theirs = _context(target, name), _context(peer, name)
+    prompt = PROMPTS["long"]
+    k = len(prompt)
+    b = batch(prompt, pos=list(range(k)), out=[0] * (k - 1) + [1])
+    assert ours.decode(b) == 0 and theirs.decode(b) == 0
+    for ctx in (ours, theirs):
+        assert ctx.seq_rm(0, 4, 8)
+        ctx.seq_add(0, 8, -1, -4)
+    tok = int(np.asarray(ours.get_logits_ith(-1)).argmax())
+    for i in range(8):
+        step = batch([tok], pos=[k - 4 + i], all_out=True)
+        tok = int(_step_both(ours, theirs, step, f"step {i} after the shift")[0].argmax())
+
+
+# -- load errors --------------------------------------------------------------------------------
+
+
+def _write(tmp: Path, name: str, **kw: Any) -> Path:
+    return write_gguf(ARCH_FIXTURES[name], tmp / f"{name}-variant.gguf", **kw)
+
+
+LLAMA_BIAS = ARCH_FIXTURES["llama_bias"]
+# case -> (fixture, write_gguf arguments, error code, field)
+BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
+    # attn_k's bias has n_embd_k_gqa = 32 values; n_embd = 64 is wrong
+    "k-bias-wrong-length": (
+        "llama_bias",
+        {"override_tensors": {"blk.1.attn_k.bias": np.zeros(LLAMA_BIAS.n_embd, np.float32)}},
+        "GGUF_SHAPE_MISMATCH",
+        "blk.1.attn_k.bias",
+    ),
+    "ffn-up-bias-wrong-length": (
+        "llama_bias",
+        {"override_tensors": {"blk.0.ffn_up.bias": np.zeros(LLAMA_BIAS.n_embd, np.float32)}},
+        "GGUF_SHAPE_MISMATCH",
+        "blk.0.ffn_up.bias",
+    ),
+    # rope_freqs holds n_rot / 2 = 8 divisors
+    "rope-freqs-wrong-length": (
+        "llama3_rope",
+        {"override_tensors": {"rope_freqs.weight": np.ones(16, np.float32)}},
+        "GGUF_SHAPE_MISMATCH",
+        "rope_freqs.weight",
+    ),
+    "qkv-bias-wrong-length": (
+        "llama_qkv",
+        {"override_tensors": {"blk.0.attn_qkv.bias": np.zeros(64, np.float32)}},
+        "GGUF_SHAPE_MISMATCH",
+        "blk.0.attn_qkv.bias",
+    ),
+    # a separate Q next to the fused attn_qkv of its layer: llama.cpp does not read it
+    "q-beside-fused-qkv": (
+        "llama_qkv",
+        {"override_tensors": {"blk.0.attn_q.weight": np.zeros((64, 64), np.float32)}},
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.attn_q.weight",
+    ),
+    "qwen2-v-bias-wrong-length": (
+        "qwen2",
+        {"override_tensors": {"blk.0.attn_v.bias": np.zeros(64, np.float32)}},
+        "GGUF_SHAPE_MISMATCH",
+        "blk.0.attn_v.bias",
+    ),
+}
+
+
+@pytest.mark.invariant("GGUF-048")
+@pytest.mark.requires("model.load")
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_optional_tensor_refused(case: str, target: Any, tmp_path: Path) -> None:
+    name, kw, _, _ = BAD_FILES[case]
+    with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+        target.load_model(_write(tmp_path, name, **kw))
+
+
+@pytest.mark.invariant("GGUF-048")
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_optional_tensor_error_names_it(case: str, target: Any, tmp_path: Path) -> None:
+    name, kw, code, field = BAD_FILES[case]
+    with raises_code(code, field=field):
+        target.load_model(_write(tmp_path, name, **kw))
+
+
+# -- the native decode step ---------------------------------------------------------------------
+
+
+@pytest.mark.invariant("DEC-062")
+@pytest.mark.requires("decoder.native", "decoder.logits")
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("llama_bias", "biases"),
+        ("llama_qkv", "biases"),
+        ("llama3_rope", "rope_freqs"),
+        ("qwen2", "NEOX"),
+    ],
+)
+def test_native_step_refuses_variants(name: str, words: str, new_ctx: Callable[..., Any]) -> None:
+    from reference_impl.errors import DecoderError
+
+    ctx = new_ctx(name, n_batch=32)
+    assert words in ctx.native_reason  # decode_path="auto" stays on the torch forward
+    with raises_code("DEC_NATIVE_UNAVAILABLE", field="decode_path", exc=DecoderError):
+        new_ctx(name, decode_path="native")
