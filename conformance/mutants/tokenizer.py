@@ -241,7 +241,30 @@ def _merges_unchecked(target: Any) -> Any:
     return target
 
 
+def _merges_capped_at_int16(target: Any) -> Any:
+    # Merge ranks kept in a signed 16-bit field: merges past index 32,767 are lost. Only a real
+    # vocabulary (GPT-2's 50,000 merges) has that many; the trained fixtures have about 1,000.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    original = BpeTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        ranks = {pair: i for i, pair in enumerate(vocab.merges[: 1 << 15])}
+        object.__setattr__(self.vocab, "merge_ranks", ranks)
+
+    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS += [
+    Mutant(
+        "tok-bpe-merges-capped-at-int16",
+        "tokenizer",
+        "BPE merges past index 32,767 are dropped (a 16-bit rank)",
+        kills=("TOK-073",),
+        apply=_merges_capped_at_int16,
+    ),
     Mutant(
         "tok-bpe-merge-rank-off-by-one",
         "tokenizer",
@@ -512,5 +535,49 @@ MUTANTS += [
         "PLaMo-2 does not drop a leading U+FEFF",
         kills=("TOK-054",),
         apply=_plamo2_keeps_bom,
+    ),
+]
+
+
+# -- Strip attributes (TOK-068) -----------------------------------------------------------------
+
+
+def _strip_unicode_space(target: Any) -> Any:
+    # LSTRIP / RSTRIP remove Python's (Unicode) whitespace instead of C isspace's six bytes.
+    replace("reference_impl.tokenizer.vocab", "C_SPACE", None)  # str.strip(None): Unicode space
+    return target
+
+
+def _phi3_name_case_sensitive(target: Any) -> Any:
+    # The model name is matched as written: "Phi-3-mini" is not seen as a phi-3 model.
+    import reference_impl.tokenizer.vocab as vocab_mod
+
+    original = vocab_mod.strip_attributes
+    names = ("phi-3", "phi3")
+
+    def strip_attributes(meta: Any, vocab: Any) -> Any:
+        name = meta.get_str("general.name", "")
+        if any(n in name.lower() for n in names) and not any(n in name for n in names):
+            return frozenset(), frozenset()
+        return original(meta, vocab)
+
+    replace(vocab_mod.__name__, "strip_attributes", strip_attributes)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-strip-unicode-space",
+        "tokenizer",
+        "LSTRIP / RSTRIP strip Unicode whitespace (U+00A0 ...) instead of C isspace",
+        kills=("TOK-068",),
+        apply=_strip_unicode_space,
+    ),
+    Mutant(
+        "tok-phi3-name-case-sensitive",
+        "tokenizer",
+        "the phi-3 name rule ignores names not written in lower case",
+        kills=("TOK-068",),
+        apply=_phi3_name_case_sensitive,
     ),
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
@@ -276,3 +277,87 @@ def test_plamo2_corpus_and_pieces_match_peer(
             assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
                 theirs, token, special
             ), (token, special)
+
+
+# -- A real vocabulary: GPT-2's (vocabulary-only) ------------------------------------------------
+
+
+@pytest.fixture
+def gpt2_pair(target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import gpt2_vocab_path
+
+    path = str(gpt2_vocab_path())
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-063", "TOK-073")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_gpt2_corpus_matches_peer(target: Any, peer: Any, gpt2_pair: tuple[Any, Any]) -> None:
+    from conformance.tokenizer.test_gpt2_vocab import GPT2_CORPUS
+
+    for text in GPT2_CORPUS:
+        _same_vocab_only(target, gpt2_pair[0], peer, gpt2_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-063", "TOK-073")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(text=unicode_texts)
+def test_gpt2_generated_texts_match_peer(
+    target: Any, peer: Any, gpt2_pair: tuple[Any, Any], text: str
+) -> None:
+    _same_vocab_only(target, gpt2_pair[0], peer, gpt2_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-063", "TOK-073")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_gpt2_every_piece_matches_peer(target: Any, peer: Any, gpt2_pair: tuple[Any, Any]) -> None:
+    ours, theirs = gpt2_pair
+    n_vocab = target.vocab_size(ours)
+    assert n_vocab == peer.vocab_size(theirs) == 50257
+    for token in range(n_vocab):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
+            ), (token, special)
+
+
+# -- Strip attributes by name (vocabulary-only) ------------------------------------------------
+
+
+@pytest.fixture(params=["plain", "phi-3", "modern-bert", "jina-v2-de", "nomic-bert-moe"])
+def strip_pair(request: Any, target: Any, peer: Any) -> tuple[Any, Any]:
+    from conformance.fixtures.vocabularies import strip_vocab_path
+
+    path = str(strip_vocab_path(str(request.param)))
+    return cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+
+
+@pytest.mark.invariant("TOK-068")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_strip_corpus_matches_peer(target: Any, peer: Any, strip_pair: tuple[Any, Any]) -> None:
+    from conformance.tokenizer.test_bpe import BPE_CORPUS
+    from conformance.tokenizer.test_strip import CASES, SPECIALS
+
+    texts = [*BPE_CORPUS, *(c[1] for c in CASES)]
+    texts += [f" \t{s} \n{s}\v\f{s}\r x" for s in SPECIALS]
+    for text in texts:
+        _same_vocab_only(target, strip_pair[0], peer, strip_pair[1], text)
+
+
+@pytest.mark.invariant("TOK-068")
+@pytest.mark.requires("tokenizer.vocab_only")
+@given(
+    parts=st.lists(
+        st.one_of(
+            unicode_texts,
+            st.sampled_from(
+                ["<|endoftext|>", "<|pad|>", "<|sep|>", "<s>", "</s>", "<unk>", "<mask>", "[MASK]"]
+            ),
+        ),
+        max_size=6,
+    )
+)
+def test_strip_generated_texts_match_peer(
+    target: Any, peer: Any, strip_pair: tuple[Any, Any], parts: list[str]
+) -> None:
+    _same_vocab_only(target, strip_pair[0], peer, strip_pair[1], "".join(parts))

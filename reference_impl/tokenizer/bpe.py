@@ -26,7 +26,7 @@ from reference_impl.tokenizer.pretokenize import PRE_TYPES, split_words
 from reference_impl.tokenizer.vocab import BaseTokenizer, Vocab
 
 
-@implements("TOK-050", "TOK-063")
+@implements("TOK-050", "TOK-063", "TOK-073")
 class BpeTokenizer(BaseTokenizer):
     """llama.cpp's BPE tokenizer over one :class:`Vocab` with ``model = "gpt2"``."""
 

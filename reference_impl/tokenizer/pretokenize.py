@@ -115,7 +115,11 @@ for _names, _family, _extra in (
     (("deepseek-llm",), "deepseek-llm", {"clean_spaces": False}),
     (("deepseek-coder",), "deepseek-coder", {"clean_spaces": False}),
     (("falcon",), "falcon", {}),
-    (("gpt-2", "phi-2", "mpt", "olmo", "jais", "gigachat", "mellum"), "gpt2", {}),
+    (
+        ("gpt-2", "phi-2", "mpt", "olmo", "jais", "gigachat", "mellum", "jina-v2-de", "jina-v2-es"),
+        "gpt2",
+        {},
+    ),
     (("starcoder", "refact", "codeshell", "exaone"), "starcoder", {}),
     (("command-r", "smollm"), "starcoder", {"clean_spaces": False}),
     (("qwen2", "deepseek-r1-qwen"), "qwen2", {"clean_spaces": False}),

@@ -3,6 +3,7 @@ special-token partitioning, ``token_to_piece`` and ``detokenize``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -56,6 +57,10 @@ class Vocab:
     strip_accents: bool = True  # WPM normalizer
     charsmap: bytes = b""  # UGM: SentencePiece's precompiled_charsmap
     remove_extra_whitespaces: bool = False  # UGM
+    # ids of special tokens that swallow the whitespace before (LSTRIP) / after (RSTRIP) them in
+    # the partition; llama.cpp sets them from the model's name, pre type or architecture
+    lstrip_ids: frozenset[int] = frozenset()
+    rstrip_ids: frozenset[int] = frozenset()
     token_to_id: dict[str, int] = field(init=False, repr=False, compare=False)
     merge_ranks: dict[tuple[str, str], int] = field(init=False, repr=False, compare=False)
 
@@ -198,6 +203,9 @@ def load_vocab(meta: Meta) -> Vocab | None:
         ),
         **extra,
     )
+    lstrip, rstrip = strip_attributes(meta, vocab)
+    if lstrip or rstrip:
+        vocab = dataclasses.replace(vocab, lstrip_ids=lstrip, rstrip_ids=rstrip)
     if model == "plamo2":
         missing = _missing_byte_token(vocab)
         if missing is not None:
@@ -213,6 +221,44 @@ def load_vocab(meta: Meta) -> Vocab | None:
         if tid != NULL_ID and not 0 <= tid < n:
             raise _load_err("GGUF_INVALID_HPARAM", f"{key} = {tid} is outside [0, {n})", key)
     return vocab
+
+
+C_SPACE = " \t\n\v\f\r"  # C isspace() in the "C" locale: what LSTRIP / RSTRIP remove
+# Name rules (substrings): the first that matches wins, as in llama.cpp's if / else-if chain.
+_JINA_PRES = ("jina-v2-de", "jina-v2-es", "jina-v2-code")
+_JINA_ARCHS = ("nomic-bert-moe", "jina-bert-v3")
+_PHI3_NAMES = ("phi-3", "phi3")
+_PHI3_KEEP = ("<unk>", "<s>", "<|endoftext|>")  # RSTRIP cleared (they must exist)
+
+
+@implements("TOK-068")
+def strip_attributes(meta: Meta, vocab: Vocab) -> tuple[frozenset[int], frozenset[int]]:
+    """(LSTRIP ids, RSTRIP ids) llama.cpp derives after loading: ``<mask>`` LSTRIP for a
+    ``jina-v2-*`` pre type or a ``nomic-bert-moe`` / ``jina-bert-v3`` architecture; for a
+    ``general.name`` containing ``phi-3`` / ``phi3`` (any case), RSTRIP on every special token
+    (CONTROL, USER_DEFINED, UNKNOWN) and on ``</s>``, then cleared on ``<unk>``, ``<s>`` and
+    ``<|endoftext|>``, all four of which must be tokens; ``[MASK]`` LSTRIP for a name containing
+    ``modern-bert``. A missing mask token only leaves the attribute unset."""
+    pre = meta.get_str("tokenizer.ggml.pre", "")
+    arch = meta.get_str("general.architecture", "")
+    name = meta.get_str("general.name", "").lower()
+    ids = vocab.token_to_id
+    if any(p in pre for p in _JINA_PRES) or any(a in arch for a in _JINA_ARCHS):
+        return (frozenset([ids["<mask>"]]) if "<mask>" in ids else frozenset()), frozenset()
+    if any(n in name for n in _PHI3_NAMES):
+        for text in ("</s>", *_PHI3_KEEP):
+            if text not in ids:
+                raise _load_err(
+                    "GGUF_INVALID_HPARAM",
+                    f"a phi-3 vocabulary (general.name {name!r}) needs the token {text!r}",
+                    "tokenizer.ggml.tokens",
+                )
+        special = (TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN)
+        rstrip = {i for i, t in enumerate(vocab.types) if t in special} | {ids["</s>"]}
+        return frozenset(), frozenset(rstrip - {ids[t] for t in _PHI3_KEEP})
+    if "modern-bert" in name and "[MASK]" in ids:
+        return frozenset([ids["[MASK]"]]), frozenset()
+    return frozenset(), frozenset()
 
 
 @implements("TOK-062")
@@ -299,14 +345,28 @@ class BaseTokenizer:
                 if isinstance(frag, int) or needle not in frag:
                     nxt.append(frag)
                     continue
-                parts = frag.split(needle)
-                for k, part in enumerate(parts):
-                    if k > 0:
-                        nxt.append(tid)
-                    if part:
-                        nxt.append(part)
+                nxt.extend(self._split_on(frag, needle, tid))
             frags = nxt
         return frags
+
+    @implements("TOK-068")
+    def _split_on(self, frag: str, needle: str, tid: int) -> list[str | int]:
+        """``frag`` split at each occurrence of ``needle`` (left to right), the token's LSTRIP /
+        RSTRIP removing C whitespace from the text before / after it; the search goes on in
+        the stripped rest, and emptied pieces are dropped."""
+        lstrip, rstrip = tid in self.vocab.lstrip_ids, tid in self.vocab.rstrip_ids
+        out: list[str | int] = []
+        while (at := frag.find(needle)) >= 0:
+            left = frag[:at].rstrip(C_SPACE) if lstrip else frag[:at]
+            if left:
+                out.append(left)
+            out.append(tid)
+            frag = frag[at + len(needle) :]
+            if rstrip:
+                frag = frag.lstrip(C_SPACE)
+        if frag:
+            out.append(frag)
+        return out
 
     @implements("TOK-010")
     def _check(self, token: int, index: int | None = None) -> None:
