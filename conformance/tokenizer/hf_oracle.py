@@ -59,7 +59,10 @@ def hf_tokenizer(path: str | os.PathLike[str], pre: str) -> Any:
         return [str(x) for x in f.contents()]
 
     tokens = strings("tokenizer.ggml.tokens")
-    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    merges: list[tuple[str, str]] = []
+    for m in strings("tokenizer.ggml.merges"):
+        left, right = m.split(" ", 1)
+        merges.append((left, right))
     model = models.BPE(
         {t: i for i, t in enumerate(tokens)}, merges, ignore_merges=pre in IGNORE_MERGES
     )
