@@ -296,6 +296,19 @@ def _no_mass_accepted(_: Any) -> Callable[[TokenDataArray], None]:
     return require_mass
 
 
+def _pipeline_samplers_reversed(target: Any) -> Any:
+    """The pipeline runs its samplers last to first."""
+    from reference_impl.sampling import selector
+
+    original = selector.sample_pipeline
+
+    def sample_pipeline(logits: Any, samplers: Any) -> int:
+        return original(logits, list(samplers)[::-1])
+
+    replace("reference_impl.sampling.selector", "sample_pipeline", sample_pipeline)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "smp-default-chain-temperature-first",
@@ -471,5 +484,12 @@ MUTANTS = [
         "DRY breaker strings only make single-token breakers, never head + tail sequences",
         ("SMP-087",),
         _patch("reference_impl.sampling.dry", "string_breakers", _breaker_strings_without_tails),
+    ),
+    Mutant(
+        "smp-pipeline-samplers-reversed",
+        "sampling",
+        "EMEL's pipeline applies its samplers last to first",
+        ("SMP-085",),
+        _pipeline_samplers_reversed,
     ),
 ]

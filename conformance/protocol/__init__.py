@@ -64,7 +64,7 @@ BLACK_BOX: frozenset[str] = frozenset(
 
 # The sampling capabilities that are this suite's own interfaces, not a sampler chain's.
 _SAMPLING_INTERNALS = frozenset(
-    {"sampling.candidates", "sampling.input_checks", "sampling.selector"}
+    {"sampling.candidates", "sampling.input_checks", "sampling.selector", "sampling.pipeline"}
 )
 
 

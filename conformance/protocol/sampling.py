@@ -95,6 +95,13 @@ class Selector(Protocol):
     def normalize_scores(self, cur: TokenDataArray) -> TokenDataArray: ...
 
 
+class Pipeline(Protocol):
+    def sample_pipeline(self, logits: Sequence[float] | np.ndarray, samplers: Sequence[Any]) -> int:
+        """EMEL's pipeline: candidates from the raw logits, each sampler
+        ``fn(ids, scores) -> bool`` applied in order (in place, fixed length), then argmax."""
+        ...
+
+
 SAMPLER_NAMES: tuple[str, ...] = tuple(SAMPLER_PARAMS)
 # dry (breakers as token sequences), xtc, mirostat, mirostat_v2 and adaptive_p included
 SAMPLERS: tuple[str, ...] = tuple(f"sampling.{name}" for name in SAMPLER_NAMES)
@@ -106,6 +113,7 @@ CAPABILITIES = (
     capability("sampling.dry_strings", DryStrings, "DRY breaker strings over a vocabulary"),
     capability("sampling.candidates", Candidates, "the candidate builder"),
     capability("sampling.selector", Selector, "EMEL's token selector"),
+    capability("sampling.pipeline", Pipeline, "EMEL's sampler pipeline"),
     *(
         capability(cap, Sampler, f"the {name} sampler in a chain description")
         for name, cap in zip(SAMPLER_NAMES, SAMPLERS)

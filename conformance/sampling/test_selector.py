@@ -111,3 +111,75 @@ def test_normalize_moves_the_maximum_to_zero(target: Any, cur: TokenDataArray) -
     assert_close(want, out.logits, atol=1e-6, rtol=1e-7, what="normalized scores")
     assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.p, cur.p)
     assert int(np.argmax(out.logits)) == int(np.argmax(cur.logits)) and out.sorted == cur.sorted
+
+
+# ---- SMP-085: EMEL's sampler pipeline ---------------------------------------------------------
+
+
+@pytest.mark.invariant("SMP-085")
+@pytest.mark.requires("sampling.pipeline")
+@given(row=tied_logits_rows(1, 24))
+def test_pipeline_without_samplers_is_the_first_argmax(target: Any, row: np.ndarray) -> None:
+    assert target.sample_pipeline(row, []) == int(np.flatnonzero(row == row.max())[0])
+
+
+@pytest.mark.invariant("SMP-085")
+@pytest.mark.requires("sampling.pipeline")
+@given(row=tied_logits_rows(2, 24))
+def test_pipeline_samplers_rescore_and_permute_in_order(target: Any, row: np.ndarray) -> None:
+    seen: list[tuple[list[int], list[float]]] = []
+
+    def record(ids: np.ndarray, scores: np.ndarray) -> bool:
+        seen.append((ids.tolist(), scores.tolist()))
+        return True
+
+    def negate(ids: np.ndarray, scores: np.ndarray) -> bool:
+        scores *= -1
+        return True
+
+    def reverse(ids: np.ndarray, scores: np.ndarray) -> bool:
+        ids[:] = ids[::-1].copy()
+        scores[:] = scores[::-1].copy()
+        return True
+
+    n = row.shape[0]
+    assert target.sample_pipeline(row, [record]) == int(np.argmax(row))
+    # the candidates a sampler sees: every id in order, the raw (not normalized) logits
+    assert seen[0] == (list(range(n)), row.astype(np.float32).tolist())
+    low = -row.astype(np.float32)
+    assert target.sample_pipeline(row, [negate]) == int(np.flatnonzero(low == low.max())[0])
+    # after a permutation the first maximum in the new order wins: the last tied id
+    last = int(np.flatnonzero(row == row.max())[-1])
+    assert target.sample_pipeline(row, [reverse]) == last
+    # order matters: the second sampler sees the first one's result
+    seen.clear()
+    target.sample_pipeline(row, [negate, record])
+    assert seen[0][1] == low.tolist()
+
+
+@pytest.mark.invariant("SMP-085")
+@pytest.mark.requires("sampling.pipeline")
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_a_failing_sampler_stops_the_pipeline(target: Any, k: int) -> None:
+    calls: list[int] = []
+
+    def ok(i: int) -> Any:
+        def sampler(ids: np.ndarray, scores: np.ndarray) -> bool:
+            calls.append(i)
+            return True
+
+        return sampler
+
+    samplers: list[Any] = [ok(0), ok(1), ok(2), ok(3)]
+    samplers[k] = lambda ids, scores: False
+    row = np.array([0.5, 2.0, -1.0], F32)
+    with raises_code("SMP_SAMPLER_FAILED", field="samplers", index=k):
+        target.sample_pipeline(row, samplers)
+    assert calls == [i for i in range(k)], "no sampler after the failing one may run"
+    samplers[k] = None
+    calls.clear()
+    with raises_code("SMP_SAMPLER_FAILED", field="samplers", index=k):
+        target.sample_pipeline(row, samplers)
+    assert calls == list(range(k))
+    with raises_code("SMP_EMPTY_CANDIDATES", field="logits"):
+        target.sample_pipeline(np.zeros(0, F32), [])

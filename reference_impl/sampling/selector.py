@@ -9,7 +9,7 @@ llama.cpp, so these rules are EMEL's, not llama.cpp's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -69,3 +69,38 @@ def select_token(
         raise SamplingError("SMP_NO_MASS", "the candidate weights sum to no mass", field="scores")
     index = int(np.searchsorted(running, float(random_01) * total, side="left"))
     return int(id_arr[min(index, id_arr.shape[0] - 1)])
+
+
+# A pipeline sampler rescores or permutes the candidates in place (ids and scores together) and
+# returns False when it fails. The arrays have a fixed length: a sampler cannot truncate.
+PipelineSampler = Callable[[np.ndarray, np.ndarray], bool]
+
+
+@implements("SMP-085")
+def sample_pipeline(
+    logits: Sequence[float] | np.ndarray, samplers: Sequence[PipelineSampler]
+) -> int:
+    """EMEL's sampler pipeline: candidates ``ids = 0..n-1`` with the raw logits as scores (no
+    max-normalization), each sampler applied in order, then argmax (the first maximum).
+
+    Errors: ``SMP_ARRAY_SHAPE`` (logits not 1-D), ``SMP_EMPTY_CANDIDATES`` (no logits),
+    ``SMP_SAMPLER_FAILED`` (a sampler that is not callable or returns False; ``index`` is its
+    position, and no later sampler runs).
+    """
+    row = np.asarray(logits)
+    if row.ndim != 1:
+        raise SamplingError(
+            "SMP_ARRAY_SHAPE", f"logits must be 1-D, got {row.shape}", field="logits"
+        )
+    if row.shape[0] == 0:
+        raise SamplingError(
+            "SMP_EMPTY_CANDIDATES", "no logits to build candidates from", field="logits"
+        )
+    ids = np.arange(row.shape[0], dtype=np.int32)
+    scores = row.astype(np.float32, copy=True)
+    for k, fn in enumerate(samplers):
+        if not callable(fn) or fn(ids, scores) is False:
+            raise SamplingError(
+                "SMP_SAMPLER_FAILED", f"pipeline sampler {k} failed", field="samplers", index=k
+            )
+    return select_token(ids, scores, "argmax")

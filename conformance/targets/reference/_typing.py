@@ -106,5 +106,6 @@ if TYPE_CHECKING:
         _s4: sampling.Candidates = t
         _s5: sampling.Selector = t
         _s6: sampling.DryStrings = t
+        _s7: sampling.Pipeline = t
         _t1: tokenizer.Tokenize = t
         _t2: tokenizer.LoadsVocab = t

@@ -57,5 +57,8 @@ class Reference:
     ) -> int:
         return selector.select_token(ids, scores, policy, random_01)
 
+    def sample_pipeline(self, logits: Sequence[float] | np.ndarray, samplers: Sequence[Any]) -> int:
+        return selector.sample_pipeline(logits, samplers)
+
     def normalize_scores(self, cur: TokenDataArray) -> TokenDataArray:
         return candidates.normalize_scores(validate(cur, copy=True))
