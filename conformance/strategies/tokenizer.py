@@ -10,6 +10,8 @@ number forms, private-use and unassigned code points.
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import strategies as st
 
 EDGE_PIECES = [
@@ -185,3 +187,72 @@ ascii_texts = st.lists(
     ),
     max_size=20,
 ).map("".join)
+
+
+# -- Plain seeded generators (no hypothesis): cheap bulk input for batch parity and benches ----
+
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def _random_char(rng: random.Random) -> str:
+    """A code point other than a surrogate, mostly from the BMP (where the scripts are)."""
+    while True:
+        cp = rng.randrange(0x80) if rng.random() < 0.3 else rng.randrange(0x3_0000)
+        if rng.random() < 0.05:
+            cp = rng.randrange(0x11_0000)
+        if cp not in _SURROGATES:
+            return chr(cp)
+
+
+def random_texts(n: int, seed: int, max_pieces: int = 24) -> list[str]:
+    """``n`` texts drawn like :data:`unicode_texts` (0..``max_pieces`` pieces, two thirds edge
+    pieces, a third arbitrary code points) from ``random.Random(seed)``: the same list on every
+    run, thousands per second."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = [
+            rng.choice(EDGE_PIECES) if rng.random() < 2 / 3 else _random_char(rng)
+            for _ in range(rng.randint(0, max_pieces))
+        ]
+        out.append("".join(parts))
+    return out
+
+
+_PROSE = (  # noqa: SIM905 (a sentence reads better than a list)
+    "the of and to in is that it for on with as was at by this be from or are an not have "
+    "model token tokens merge bytes text line Hello World Python Llama don't it's we're I'm"
+).split()
+_SCRIPTS = (
+    "日本語の文章を分割します。 中文文本的分词测试。 한국어 텍스트 토큰화",  # CJK, Hangul
+    "привет мир, это проверка токенизатора. Съешь же ещё этих мягких булок",  # Cyrillic
+    "مرحبا بالعالم هذا اختبار للمحلل",  # Arabic
+    "🙂 👍🏽 🚀 ✨ 👩\u200d💻 🇺🇳",  # emoji, modifiers, ZWJ, flags
+    "cafe\u0301 nai\u0308ve re\u0301sume\u0301 \u0915\u094d\u0937 a\u0303\u0323",  # combining
+)
+_WS = [" ", " ", " ", "  ", "    ", "\t", "\n", "\n\n", " \n", "\r\n", "        "]
+
+
+def mixed_script_text(n_bytes: int, seed: int = 20261126) -> str:
+    """A deterministic text of at least ``n_bytes`` UTF-8 bytes: ASCII prose with punctuation
+    and numbers, whitespace runs, and words from CJK, Hangul, Cyrillic, Arabic, emoji and
+    combining-mark runs, mixed line by line from ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    foreign = [w for s in _SCRIPTS for w in s.split()]
+    lines: list[str] = []
+    size = 0
+    while size < n_bytes:
+        parts = []
+        for _ in range(rng.randint(4, 16)):
+            r = rng.random()
+            if r < 0.55:
+                parts.append(rng.choice(_PROSE) + rng.choice(["", "", "", ",", ".", "!", ":"]))
+            elif r < 0.7:
+                parts.append(str(rng.randint(0, 10 ** rng.randint(1, 9))))
+            else:
+                parts.append(rng.choice(foreign))
+            parts.append(rng.choice(_WS))
+        line = "".join(parts)
+        lines.append(line)
+        size += len(line.encode("utf-8"))
+    return "".join(lines)

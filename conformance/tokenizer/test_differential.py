@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.gate import cached
-from conformance.strategies.tokenizer import unicode_texts
+from conformance.strategies.tokenizer import random_texts, unicode_texts
 from conformance.tokenizer.test_spm import CORPUS, texts, words
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize")
@@ -361,3 +361,95 @@ def test_strip_generated_texts_match_peer(
     target: Any, peer: Any, strip_pair: tuple[Any, Any], parts: list[str]
 ) -> None:
     _same_vocab_only(target, strip_pair[0], peer, strip_pair[1], "".join(parts))
+
+
+# -- Seeded batches: thousands of generated strings per vocabulary ----------------------------
+#
+# The hypothesis tests above see a few dozen examples per CI run; these compare a fixed batch of
+# plain-random texts (2,000 per vocabulary, 50,000 under the ``thorough`` profile) drawn like
+# ``unicode_texts``, cheap enough for every CI run.
+
+BATCH_SEED = 20261126
+_FLAGS = ((False, False), (False, True), (True, False), (True, True))
+
+
+def _batch_size() -> int:
+    from conformance.hypothesis_profiles import selected_profile
+
+    return 50_000 if selected_profile() == "thorough" else 2_000
+
+
+def _same_batch(target: Any, ours: Any, peer: Any, theirs: Any) -> None:
+    """Tokenize the whole batch on each side (special tokens added and parsed, then neither),
+    detokenize every id list on each side with one flag combination per text (cycling through
+    all four), and name the first text that differs."""
+    texts = random_texts(_batch_size(), BATCH_SEED)
+    for add_special, parse_special in (_FLAGS[0], _FLAGS[3]):
+        mine = [target.tokenize(ours, t, add_special, parse_special) for t in texts]
+        other = [peer.tokenize(theirs, t, add_special, parse_special) for t in texts]
+        for i, (text, a, b) in enumerate(zip(texts, mine, other, strict=True)):
+            assert a == b, (
+                f"text {i} of {len(texts)} tokenizes differently "
+                f"(add_special={add_special}, parse_special={parse_special}): {text!r}"
+            )
+    flags = [_FLAGS[i % 4] for i in range(len(texts))]
+    mine_text = [target.detokenize(ours, ids, *f) for ids, f in zip(mine, flags, strict=True)]
+    other_text = [peer.detokenize(theirs, ids, *f) for ids, f in zip(mine, flags, strict=True)]
+    for i, (text, a, b) in enumerate(zip(texts, mine_text, other_text, strict=True)):
+        assert a == b, (
+            f"text {i} of {len(texts)} detokenizes differently "
+            f"(remove_special, unparse_special={flags[i]}): {text!r}: {a!r} != {b!r}"
+        )
+
+
+@pytest.mark.invariant("TOK-020")
+def test_spm_batch_matches_peer(target: Any, tok_model: Any, peer: Any, peer_model: Any) -> None:
+    _same_batch(target, tok_model, peer, peer_model)
+
+
+@pytest.mark.invariant("TOK-067")
+@pytest.mark.requires("tokenizer.vocab_only")
+@pytest.mark.parametrize("name", ["no-space-prefix", "no-bos-eos", "extra-whitespace"])
+def test_spm_options_batch_matches_peer(target: Any, peer: Any, name: str) -> None:
+    from conformance.fixtures.vocabularies import spm_options_path
+
+    path = str(spm_options_path(name))
+    _same_batch(target, cached(target, "load_vocab", path), peer, cached(peer, "load_vocab", path))
+
+
+@pytest.mark.invariant("TOK-063")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_bpe_batch_matches_peer(
+    target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any
+) -> None:
+    _same_batch(target, bpe_vocab, peer, peer_bpe_vocab)
+
+
+@pytest.mark.invariant("TOK-063", "TOK-073")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_gpt2_batch_matches_peer(target: Any, peer: Any, gpt2_pair: tuple[Any, Any]) -> None:
+    _same_batch(target, gpt2_pair[0], peer, gpt2_pair[1])
+
+
+@pytest.mark.invariant("TOK-066")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_wpm_batch_matches_peer(target: Any, peer: Any, wpm_pair: tuple[Any, Any]) -> None:
+    _same_batch(target, wpm_pair[0], peer, wpm_pair[1])
+
+
+@pytest.mark.invariant("TOK-070")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_ugm_batch_matches_peer(target: Any, peer: Any, ugm_pair: tuple[Any, Any]) -> None:
+    _same_batch(target, ugm_pair[0], peer, ugm_pair[1])
+
+
+@pytest.mark.invariant("TOK-071")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_rwkv_batch_matches_peer(target: Any, peer: Any, rwkv_pair: tuple[Any, Any]) -> None:
+    _same_batch(target, rwkv_pair[0], peer, rwkv_pair[1])
+
+
+@pytest.mark.invariant("TOK-072")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_plamo2_batch_matches_peer(target: Any, peer: Any, plamo2_pair: tuple[Any, Any]) -> None:
+    _same_batch(target, plamo2_pair[0], peer, plamo2_pair[1])
