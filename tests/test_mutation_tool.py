@@ -105,3 +105,11 @@ def test_a_planted_defect_is_killed() -> None:
     killed = next(s for s in sites if s.function == "best_last" and s.kind == "return")
     r = runner.run_one(killed, timeout=300)
     assert r.outcome == "killed", r
+
+
+def test_triage_names_only_existing_sites() -> None:
+    """A triage line whose site moved or changed is stale: the survivor it explained would come
+    back under a new id, so the line must go (or follow the code)."""
+    ids = {s.id for s in all_sites()}
+    stale = sorted(k for k in runner.read_triage() if k not in ids)
+    assert not stale, "triage.txt names sites that no longer exist:\n  " + "\n  ".join(stale)
