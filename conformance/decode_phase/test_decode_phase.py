@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conformance.assertions import assert_nmse, unchanged
-from conformance.decoder.helpers import batch, prompt
+from conformance.decoder.helpers import DecodeRecorder, batch, prompt
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator
 
 pytestmark = pytest.mark.requires("decoder.logits", "decoder.memory_ops")
@@ -34,21 +34,6 @@ def decode_steps(res: GenerationResult) -> list[Any]:
 def batched(make_gen: Callable[..., Generator]) -> tuple[Generator, GenerationResult]:
     gen = make_gen(n_seq_max=4)
     return gen, generate(gen)
-
-
-class DecodeRecorder:
-    """A context that records every batch submitted to it (and passes every call on)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.batches: list[Any] = []
-
-    def decode(self, b: Any) -> int:
-        self.batches.append(b)
-        return int(self._inner.decode(b))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 @pytest.mark.invariant("PHASE-001", "PHASE-002", "PHASE-018", "PHASE-019")

@@ -43,3 +43,18 @@ def memory_view(ctx: Any, seqs: Iterable[int] | None = None) -> dict[int, tuple[
 def prompt(n: int, start: int = 3, stride: int = 7, n_vocab: int = 500) -> list[int]:
     """A deterministic token list (ids spread over the vocabulary, none special)."""
     return [(start + stride * i) % (n_vocab - 3) + 3 for i in range(n)]
+
+
+class DecodeRecorder:
+    """A context that records every batch submitted to it (and passes every call on)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.batches: list[Any] = []
+
+    def decode(self, b: Any) -> int:
+        self.batches.append(b)
+        return int(self._inner.decode(b))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conformance.assertions import assert_nmse, raises_code, unchanged
-from conformance.decoder.helpers import memory_view, prompt
+from conformance.decoder.helpers import DecodeRecorder, memory_view, prompt
 from reference_impl.errors import GeneratorError
 from reference_impl.generator import GenerationRequest, GenerationResult, Generator, TraceStep
 
@@ -61,21 +61,6 @@ def test_token_range_bounds(make_gen: Callable[..., Generator]) -> None:
         raises_code("GEN_TOKEN_RANGE", exc=GeneratorError, seq_id=0, index=1),
     ):
         run(gen, prompts=[[5, -1]])
-
-
-class DecodeRecorder:
-    """A context that records every batch the generator submits (and passes all calls on)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.batches: list[Any] = []
-
-    def decode(self, b: Any) -> int:
-        self.batches.append(b)
-        return int(self._inner.decode(b))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 @pytest.mark.invariant("GEN-020")
