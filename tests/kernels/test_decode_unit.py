@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels import decode_attention, decoupled, dispatch
+from kernels._triton import kernel_device
 from kernels.decoupled_cache import DecoupledDims, DecoupledKVCache, NullKV
 from reference_impl.errors import KernelError
 
@@ -15,14 +16,17 @@ DIMS = DecoupledDims(2, 8, 8, 16)
 def _cache(
     length: int = 10, policy: str = "ksem=q4_0,kgeo=q8_0,v=q4_0,resid=4"
 ) -> DecoupledKVCache:
-    c = DecoupledKVCache(policy, DIMS, 2, max(length, 16))
+    # On the kernels' device (cuda when compiled), else every fused request would fall back.
+    dev = kernel_device()
+    c = DecoupledKVCache(policy, DIMS, 2, max(length, 16), device=dev)
     g = torch.Generator().manual_seed(0)
-    c.append(*(torch.randn(2, length, w, generator=g) for w in (16, 16, 32)))
+    c.append(*(torch.randn(2, length, w, generator=g).to(dev) for w in (16, 16, 32)))
     return c
 
 
 def _q() -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    dev = kernel_device()
+    return torch.randn(2, 2, 8).to(dev), torch.randn(2, 2, 8).to(dev)
 
 
 def test_without_triton_the_streaming_path_runs_with_the_reason(

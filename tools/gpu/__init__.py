@@ -1,0 +1,1 @@
+"""Scripts for a machine with a CUDA device (never run by CI)."""
