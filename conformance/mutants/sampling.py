@@ -309,6 +309,71 @@ def _pipeline_samplers_reversed(target: Any) -> Any:
     return target
 
 
+# -- backend sampling: the reference's sample router (reference_impl/decoder/context.py) -------
+
+
+def _router_patch(attr: str, make: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A mutant ``apply`` that replaces the method ``Context.attr`` by ``make(original)``."""
+
+    def apply(target: Any) -> Any:
+        from reference_impl.decoder.context import Context
+
+        setattr(Context, attr, make(getattr(Context, attr)))
+        return target
+
+    return apply
+
+
+def _router_reads_first_row(original: Callable[..., None]) -> Callable[..., None]:
+    def sample_rows(self: Any, ub: Any, rows: np.ndarray, row0: int) -> None:
+        for k, r in enumerate(rows):
+            for s in ub.seq_ids_of(int(r)):
+                chain = self.samplers.get(s)
+                if chain is not None:  # the defect: every row samples the ubatch's first row
+                    self.outputs.sampled[row0 + k] = chain.sample(self.outputs.logits[row0])
+                    break
+
+    return sample_rows
+
+
+def _entries_rewritten(rewrite: Callable[[list[Any]], list[Any]]) -> Any:
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def set_sampler(self: Any, seq_id: int, chain: Any) -> None:
+            if isinstance(chain, list):
+                chain = rewrite([list(e) if isinstance(e, (list, tuple)) else e for e in chain])
+            original(self, seq_id, chain)
+
+        return set_sampler
+
+    return make
+
+
+def _without_temp(entries: list[Any]) -> list[Any]:
+    # the defect: the attached chain loses its temperature
+    return [e for e in entries if not (isinstance(e, list) and e[0] == "temp")]
+
+
+def _next_seed(entries: list[Any]) -> list[Any]:
+    # the defect: the attached chain draws from another stream than its seed's
+    return [
+        [e[0], {**e[1], "seed": e[1]["seed"] + 1}]
+        if isinstance(e, list) and len(e) > 1 and "seed" in e[1]
+        else e
+        for e in entries
+    ]
+
+
+def _router_draws_for_idle_sequences(original: Callable[..., None]) -> Callable[..., None]:
+    def sample_rows(self: Any, ub: Any, rows: np.ndarray, row0: int) -> None:
+        original(self, ub, rows, row0)
+        sampled = {s for r in rows for s in ub.seq_ids_of(int(r))}
+        for s, chain in self.samplers.items():
+            if s not in sampled and len(rows):  # the defect: a draw without an output row
+                chain.sample(self.outputs.logits[row0])
+
+    return sample_rows
+
+
 MUTANTS = [
     Mutant(
         "smp-default-chain-temperature-first",
@@ -491,5 +556,37 @@ MUTANTS = [
         "EMEL's pipeline applies its samplers last to first",
         ("SMP-085",),
         _pipeline_samplers_reversed,
+    ),
+    Mutant(
+        "smp-backend-reads-first-row",
+        "sampling",
+        "the sample router samples every output row of a ubatch from the logits of its first row",
+        ("SMP-084",),
+        _router_patch("_sample_rows", _router_reads_first_row),
+        black_box=True,
+    ),
+    Mutant(
+        "smp-backend-skips-temp",
+        "sampling",
+        "a chain attached to a sequence runs without its temp samplers",
+        ("SMP-084",),
+        _router_patch("set_sampler", _entries_rewritten(_without_temp)),
+        black_box=True,
+    ),
+    Mutant(
+        "smp-backend-other-stream",
+        "sampling",
+        "a chain attached to a sequence draws from the stream of seed + 1",
+        ("SMP-084", "SMP-089"),
+        _router_patch("set_sampler", _entries_rewritten(_next_seed)),
+        black_box=True,
+    ),
+    Mutant(
+        "smp-backend-draws-without-output",
+        "sampling",
+        "the sample router advances the chains of sequences without an output row in a ubatch",
+        ("SMP-089",),
+        _router_patch("_sample_rows", _router_draws_for_idle_sequences),
+        black_box=True,
     ),
 ]

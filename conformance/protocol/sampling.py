@@ -1,5 +1,6 @@
-"""Protocol of the sampling area (spec/sampling.md): llama.cpp's sampler chain, the candidate
-builder and EMEL's token selector.
+"""Protocol of the sampling area (spec/sampling.md): llama.cpp's sampler chain, backend sampling
+(chains attached to sequences of a decode context), the candidate builder and EMEL's token
+selector.
 
 A chain is built from a JSON-able description, a list of ``[name, {params}]`` entries applied in
 order (format and parameter table: :mod:`reference_impl.sampling.chainspec`; names follow
@@ -75,6 +76,23 @@ class Sampler(Protocol):
     """A sampler a chain description may name (no methods of its own)."""
 
 
+class Backend(Protocol):
+    """Backend sampling (``llama_set_sampler``): a chain attached to a sequence of a decode
+    context runs as part of each decode, in the compute graph as far as the engine can and on
+    the CPU for the rest. ``ctx`` is a context of the decoder area (``new_context``)."""
+
+    def backend_set_sampler(self, ctx: Any, seq_id: int, spec: Any) -> None:
+        """Attach a fresh chain built from ``spec`` to ``seq_id`` (``None`` detaches it); a
+        chain the engine refuses raises."""
+        ...
+
+    def backend_sample(self, ctx: Any, seq_id: int, i: int) -> int:
+        """The token the chain of ``seq_id`` gives for batch token ``i`` of the last decode:
+        ``llama_sampler_sample(chain, ctx, i)``, i.e. the token the graph sampled, or the
+        chain finished on the CPU from what the graph kept."""
+        ...
+
+
 class Candidates(Protocol):
     def build_candidates(self, logits: np.ndarray) -> TokenDataArray:
         """The candidate array ``llama_sampler_sample`` builds from a logits row."""
@@ -114,6 +132,7 @@ CAPABILITIES = (
     capability("sampling.candidates", Candidates, "the candidate builder"),
     capability("sampling.selector", Selector, "EMEL's token selector"),
     capability("sampling.pipeline", Pipeline, "EMEL's sampler pipeline"),
+    capability("sampling.backend", Backend, "chains attached to sequences, run by decode"),
     *(
         capability(cap, Sampler, f"the {name} sampler in a chain description")
         for name, cap in zip(SAMPLER_NAMES, SAMPLERS)
@@ -122,6 +141,7 @@ CAPABILITIES = (
 IMPLIES = {
     **{cap: ("sampling.chain",) for cap in SAMPLERS},
     "sampling.dry_strings": ("sampling.chain", "sampling.dry"),
+    "sampling.backend": ("sampling.chain", "decoder.logits"),
 }
 
 
@@ -146,5 +166,8 @@ ARGUMENT_RULES = {
     ),
     "set_sampler": lambda args, kwargs: samplers_named(
         args[1] if len(args) > 1 else kwargs.get("chain")
+    ),
+    "backend_set_sampler": lambda args, kwargs: samplers_named(
+        args[2] if len(args) > 2 else kwargs.get("spec")
     ),
 }

@@ -466,9 +466,11 @@ class Context:
                         )
         return None
 
+    @implements("SMP-084", "SMP-089")
     def _sample_rows(self, ub: UBatch, rows: np.ndarray, row0: int) -> None:
         """Part of step 6: sample the ubatch's output rows of sequences that have a sampler
-        (the first such sequence a token lists)."""
+        (the first such sequence a token lists): the chain sampled on the row, as on the CPU,
+        one draw of its stream per output row."""
         if not self.samplers:
             return
         for k, r in enumerate(rows):

@@ -9,7 +9,8 @@ API: model, context, batches passed with NULL fields, memory operations, tokeniz
 It claims what llama.cpp's public API shows: model loading, full-sequence logits and
 tokenization, decode contexts (sizes, logits, memory operations, K-shift, embeddings, non-causal
 attention, abort, an F16 or F32 K/V cache, graph reuse switched off and counted), the sampler
-chain with each sampler it exposes, and ggml-alloc.h: the linear allocator, the graph planner and
+chain with each sampler it exposes and backend sampling (chains attached to sequences, run in
+the decode graph), and ggml-alloc.h: the linear allocator, the graph planner and
 the context-tensor helper. Not claimed, so skipped and counted: what llama.cpp does not expose
 (its sanitizer and splitter, KV cells, compute traces, dequantized weights, typed error codes,
 ggml's chunk allocator, which is static in ggml-alloc.c) and what only the adapter would be
@@ -55,6 +56,7 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
             "sampling.chain",
             "sampling.default_chain",
             "sampling.dry_strings",
+            "sampling.backend",
             *SAMPLERS,
             "allocator.linear",
             "allocator.planner",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
         _s3: sampling.DryStrings = t
+        _s4: sampling.Backend = t
         _a1: allocator.Linear = t
         _a2: allocator.Planning = t
         _a3: allocator.CtxTensors = t

@@ -51,6 +51,10 @@ COMMON_ORDER = (
 )
 
 
+# samplers that set ``selected`` (a chain needs one for llama_sampler_sample)
+SELECTING = frozenset({"greedy", "dist", "mirostat", "mirostat_v2", "adaptive_p"})
+
+
 def _lib() -> Any:
     import llama_cpp  # imported lazily: the module must load without llama-cpp-python
 
@@ -79,9 +83,10 @@ class LlamaSamplerHandle:
         return f"<llama.cpp chain {self.names}>"
 
 
-def _init_member(spec: SamplerSpec, vocab: Any = None) -> Any:
+def _init_member(spec: SamplerSpec, vocab: Any = None, n_vocab: int = 0) -> Any:
     """One ``llama_sampler_init_*``; ``vocab`` is the ``llama_vocab *`` DRY's breaker strings
-    are tokenized with."""
+    are tokenized with, ``n_vocab`` the vocabulary size penalties and logit-bias need when they
+    run in the decode graph (backend sampling; 0 for CPU chains)."""
     lib = _lib()
     p = spec.params
     match spec.name:
@@ -102,9 +107,9 @@ def _init_member(spec: SamplerSpec, vocab: Any = None) -> Any:
         case "temp_ext":
             return lib.llama_sampler_init_temp_ext(p["t"], p["delta"], p["exponent"])
         case "penalties":
-            # n_vocab is only read by the backend (GPU) path; the CPU path ignores it
+            # n_vocab is only read by the backend (graph) path; the CPU path ignores it
             return lib.llama_sampler_init_penalties(
-                0, p["last_n"], p["repeat"], p["freq"], p["present"]
+                n_vocab, p["last_n"], p["repeat"], p["freq"], p["present"]
             )
         case "top_n_sigma":
             return lib.llama_sampler_init_top_n_sigma(p["n"])
@@ -113,7 +118,7 @@ def _init_member(spec: SamplerSpec, vocab: Any = None) -> Any:
             arr = (lib.llama_logit_bias * max(len(biases), 1))()
             for i, (token, bias) in enumerate(biases):
                 arr[i].token, arr[i].bias = token, bias
-            return lib.llama_sampler_init_logit_bias(0, len(biases), arr)
+            return lib.llama_sampler_init_logit_bias(n_vocab, len(biases), arr)
         case "dry" if p["breaker_strings"]:
             strings = [b.encode() for b in p["breaker_strings"]]
             arr = (ctypes.c_char_p * len(strings))(*strings)
@@ -189,7 +194,7 @@ def _init_dry_tokens(
     return fn(multiplier, base, allowed_length, last_n, ctypes.byref(outer))
 
 
-def _chain(specs: list[SamplerSpec], vocab: Any = None) -> LlamaSamplerHandle:
+def _chain(specs: list[SamplerSpec], vocab: Any = None, n_vocab: int = 0) -> LlamaSamplerHandle:
     lib = _lib()
     for i, spec in enumerate(specs):  # llama.cpp would dereference a null vocabulary
         if vocab is None and spec.name == "dry" and spec.params["breaker_strings"]:
@@ -201,7 +206,7 @@ def _chain(specs: list[SamplerSpec], vocab: Any = None) -> LlamaSamplerHandle:
             )
     chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
     for spec in specs:
-        lib.llama_sampler_chain_add(chain, _init_member(spec, vocab))
+        lib.llama_sampler_chain_add(chain, _init_member(spec, vocab, n_vocab))
     return LlamaSamplerHandle(chain, [s.name for s in specs])
 
 
@@ -375,6 +380,59 @@ class LlamaCppSampling:
 
     def sampler_free(self, handle: LlamaSamplerHandle) -> None:
         handle.free()
+
+    # -- sampling.backend ----------------------------------------------------------------------
+    # ``ctx`` is the target's decode context (:class:`.decoder.LlamaCppDecodeContext`). The
+    # chains attached to it are kept on its ``llama_context`` wrapper, since llama.cpp holds
+    # only their pointers: that wrapper's ``__del__`` frees the context before its attributes
+    # (the chains) go.
+
+    def backend_set_sampler(self, ctx: Any, seq_id: int, spec: Any) -> None:
+        """``llama_set_sampler`` with a fresh chain (a chain is initialised for the graph once,
+        so it is never shared). llama.cpp refuses an empty chain, detaching the sequence's
+        previous one; the adapter raises then."""
+        lib = _lib()
+        raw = ctx._ctx
+        chains: dict[int, LlamaSamplerHandle] = raw.__dict__.setdefault("_backend_chains", {})
+        if spec is None:
+            lib.llama_set_sampler(raw.ptr, seq_id, None)
+            chains.pop(seq_id, None)
+            return
+        handle = _chain(chainspec.parse_chain(spec), raw.model._vocab, raw.n_vocab)
+        if not lib.llama_set_sampler(raw.ptr, seq_id, handle.ptr):
+            chains.pop(seq_id, None)
+            raise SamplingError(
+                "SMP_BACKEND_REFUSED",
+                f"llama_set_sampler refused the chain {handle.names} for sequence {seq_id}",
+                field="spec",
+                seq_id=seq_id,
+            )
+        chains[seq_id] = handle  # the previous chain (if any) is freed once detached
+
+    def backend_sample(self, ctx: Any, seq_id: int, i: int) -> int:
+        """``llama_sampler_sample(chain, ctx, i)``. Where the graph sampled no token it finishes
+        the chain on the CPU, and aborts without a logits row for ``i`` or a selecting sampler
+        in the chain; those cases are refused here first."""
+        lib = _lib()
+        raw = ctx._ctx
+        handle = raw.__dict__.get("_backend_chains", {}).get(seq_id)
+        if handle is None:
+            raise SamplingError(
+                "SMP_NO_SAMPLER", f"sequence {seq_id} has no chain attached", seq_id=seq_id
+            )
+        if lib.llama_get_sampled_token_ith(raw.ptr, i) == lib.LLAMA_TOKEN_NULL:
+            if not lib.llama_get_logits_ith(raw.ptr, i):
+                raise SamplingError(
+                    "SMP_NO_ROW", f"batch token {i} has no output row", field="i", index=i
+                )
+            if not SELECTING.intersection(handle.names):
+                raise SamplingError(
+                    "SMP_NO_SELECTION",
+                    f"the chain {handle.names} selects no token",
+                    field="spec",
+                    seq_id=seq_id,
+                )
+        return int(lib.llama_sampler_sample(handle.ptr, raw.ptr, i))
 
 
 def llama_cpp_version() -> str:

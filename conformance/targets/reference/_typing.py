@@ -107,5 +107,6 @@ if TYPE_CHECKING:
         _s5: sampling.Selector = t
         _s6: sampling.DryStrings = t
         _s7: sampling.Pipeline = t
+        _s8: sampling.Backend = t
         _t1: tokenizer.Tokenize = t
         _t2: tokenizer.LoadsVocab = t

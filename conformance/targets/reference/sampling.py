@@ -62,3 +62,13 @@ class Reference:
 
     def normalize_scores(self, cur: TokenDataArray) -> TokenDataArray:
         return candidates.normalize_scores(validate(cur, copy=True))
+
+    # -- sampling.backend: the decode context's sample router runs the chain on each output
+    # row of the sequence during decode (OUT-033); the reference has no separate graph path.
+
+    def backend_set_sampler(self, ctx: Any, seq_id: int, spec: Any) -> None:
+        ctx.set_sampler(seq_id, spec)
+
+    def backend_sample(self, ctx: Any, seq_id: int, i: int) -> int:
+        token: int = ctx.get_sampled_token_ith(i)
+        return token
