@@ -30,7 +30,7 @@ def _leftmost_merge_first(target: Any) -> Any:
     # Merge the leftmost mergeable pair instead of the highest-scoring one.
     from reference_impl.tokenizer import SpmTokenizer
 
-    def _tokenize_fragment(self: Any, text: str, out: list[int]) -> None:
+    def _merge_symbols(self: Any, text: str, out: list[int]) -> None:
         syms = list(text)
         ids = self.vocab.token_to_id
         merged = True
@@ -47,16 +47,16 @@ def _leftmost_merge_first(target: Any) -> Any:
             else:
                 out.extend(self._byte_ids[b] for b in s.encode("utf-8"))
 
-    SpmTokenizer._tokenize_fragment = _tokenize_fragment  # type: ignore[method-assign]
+    SpmTokenizer._merge_symbols = _merge_symbols  # type: ignore[method-assign]
     return target
 
 
 def _unk_instead_of_bytes(target: Any) -> Any:
     from reference_impl.tokenizer import SpmTokenizer
 
-    original = SpmTokenizer._tokenize_fragment
+    original = SpmTokenizer._merge_symbols
 
-    def _tokenize_fragment(self: Any, text: str, out: list[int]) -> None:
+    def _merge_symbols(self: Any, text: str, out: list[int]) -> None:
         tmp: list[int] = []
         original(self, text, tmp)
         byte_ids = set(self._byte_ids)
@@ -67,7 +67,7 @@ def _unk_instead_of_bytes(target: Any) -> Any:
             else:
                 out.append(t)
 
-    SpmTokenizer._tokenize_fragment = _tokenize_fragment  # type: ignore[method-assign]
+    SpmTokenizer._merge_symbols = _merge_symbols  # type: ignore[method-assign]
     return target
 
 
@@ -488,14 +488,16 @@ MUTANTS += [
 
 
 def _rwkv_shortest_first(target: Any) -> Any:
-    # RWKV takes the shortest matching token instead of the longest.
+    # RWKV takes the shortest matching token (one byte) instead of the longest.
+    import re
+
     from reference_impl.tokenizer import RwkvTokenizer
 
     original = RwkvTokenizer.__init__
 
     def __init__(self: Any, vocab: Any) -> None:
         original(self, vocab)
-        self.max_len = 1
+        self._pattern = re.compile(b".", re.DOTALL)
 
     RwkvTokenizer.__init__ = __init__  # type: ignore[method-assign]
     return target
@@ -516,15 +518,10 @@ def _plamo2_keeps_bom(target: Any) -> Any:
     # PLaMo-2 keeps a leading U+FEFF instead of dropping it.
     from reference_impl.tokenizer import Plamo2Tokenizer
 
-    def tokenize(
-        self: Any, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> Any:
-        out: list[int] = []
-        for frag in self._partition(text, parse_special):
-            out += [frag] if isinstance(frag, int) else self._encode(frag)
-        return out
+    def _tokenize_fragment(self: Any, text: str, out: list[int]) -> None:
+        out += self._encode(text)
 
-    Plamo2Tokenizer.tokenize = tokenize  # type: ignore[method-assign]
+    Plamo2Tokenizer._tokenize_fragment = _tokenize_fragment  # type: ignore[method-assign]
     return target
 
 

@@ -1,13 +1,14 @@
 """llama.cpp's tokenizers over GGUF vocabularies (spec/tokenizer.md).
 
 * :mod:`.vocab`: the vocabulary (:class:`Vocab`, loaded by :func:`load_vocab`) and what every
-  family shares (special-token partition, pieces, detokenize);
+  family shares (the tokenize frame with the special-token partition, pieces, detokenize);
 * :mod:`.spm`: SentencePiece-style (``tokenizer.ggml.model = "llama"``);
 * :mod:`.bpe` with :mod:`.pretokenize` and :mod:`.unicode`: byte-level BPE (``"gpt2"``);
 * :mod:`.wpm`: WordPiece (``"bert"``);
 * :mod:`.ugm`: Unigram (``"t5"``);
 * :mod:`.rwkv`: RWKV "world" (``"rwkv"``);
-* :mod:`.plamo2`: PLaMo-2 (``"plamo2"``).
+* :mod:`.plamo2`: PLaMo-2 (``"plamo2"``);
+* :mod:`.trie`: longest-match regular expressions over a vocabulary (RWKV, UGM, PLaMo-2).
 
 Pieces and detokenized text are ``bytes`` (a byte token may be half of a UTF-8 character).
 """

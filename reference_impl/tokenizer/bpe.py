@@ -34,23 +34,15 @@ class BpeTokenizer(BaseTokenizer):
         super().__init__(vocab)
         self.regexes = PRE_TYPES[vocab.pre].regexes
 
-    @implements("TOK-050", "TOK-057", "TOK-058")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        vocab = self.vocab
-        out: list[int] = []
-        if add_special and vocab.add_bos:
-            out.append(vocab.bos_id)
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-                continue
-            for word in split_words(frag, self.regexes):
-                self._tokenize_word(uni.byte_encode(word), out)
-        if add_special and vocab.add_eos:
-            out.append(vocab.eos_id)
-        return out
+    @implements("TOK-050", "TOK-057")
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        done: dict[str, list[int]] = {}  # words repeat: each distinct one is merged once
+        for word in split_words(text, self.regexes):
+            ids = done.get(word)
+            if ids is None:
+                ids = done[word] = []
+                self._tokenize_word(uni.byte_encode(word), ids)
+            out += ids
 
     @implements("TOK-050")
     def _tokenize_word(self, word: str, out: list[int]) -> None:

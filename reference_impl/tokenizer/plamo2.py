@@ -13,10 +13,12 @@ pieces are raw token text (no ``'▁'`` replacement) or a BYTE token's byte.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from reference_impl.spec_links import implements
+from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import BaseTokenizer, TokenType, Vocab
 
 UNKNOWN_COST = 10_000_000
@@ -43,19 +45,39 @@ class Plamo2Tokenizer(BaseTokenizer):
                 continue
             if math.isfinite(vocab.scores[i]):
                 self.candidates[text] = (_score_units(vocab.scores[i]), i)  # last id wins
-        self.max_len = max((len(t) for t in self.candidates), default=0)
+        self._init_search()
 
     @implements("TOK-054")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        out: list[int] = []
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-            else:
-                out += self._encode(frag[1:] if frag.startswith("\ufeff") else frag)
-        return out
+    def _init_search(self) -> None:
+        """The candidates starting at a position are the longest one (a trie regex finds it)
+        and those of its prefixes that are candidates, listed once per candidate, longest
+        first. A character that no candidate holds after its first place never lies inside
+        a token, so the best segmentation breaks before it: the text is cut there into
+        pieces that are solved alone (costs are integers, so the sums agree exactly)."""
+        cands = self.candidates
+        self._longest = re.compile(trie.longest_match(cands))
+        self._prefixes = {
+            text: [(k, *cands[text[:k]]) for k in range(len(text), 0, -1) if text[:k] in cands]
+            for text in cands
+        }
+        inner = sorted({ch for text in cands for ch in text[1:]})
+        self._pieces = re.compile(f"(?s:.)[{re.escape(''.join(inner))}]*" if inner else "(?s:.)")
+
+    @implements("TOK-054")
+    def _head(self) -> list[int]:
+        return []  # llama.cpp's PLaMo-2 branch adds no BOS / EOS
+
+    def _tail(self) -> list[int]:
+        return []
+
+    @implements("TOK-054")
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        done: dict[str, list[int]] = {}  # pieces repeat: each distinct one is solved once
+        for piece in self._pieces.findall(text[1:] if text.startswith("\ufeff") else text):
+            ids = done.get(piece)
+            if ids is None:
+                ids = done[piece] = self._encode(piece)
+            out += ids
 
     def _encode(self, text: str) -> list[int]:
         n = len(text)
@@ -63,11 +85,11 @@ class Plamo2Tokenizer(BaseTokenizer):
         cost[n] = 0
         step: list[tuple[int, int]] = [(1, -1)] * (n + 1)  # (length, token id or -1 = bytes)
         for i in range(n - 1, -1, -1):
-            for length in range(min(self.max_len, n - i), 0, -1):
-                hit = self.candidates.get(text[i : i + length])
-                if hit is not None and cost[i + length] - hit[0] < cost[i]:
-                    cost[i] = cost[i + length] - hit[0]
-                    step[i] = (length, hit[1])
+            hit = self._longest.match(text, i)
+            for length, units, tid in self._prefixes[hit[0]] if hit else ():  # longest first
+                if cost[i + length] - units < cost[i]:
+                    cost[i] = cost[i + length] - units
+                    step[i] = (length, tid)
             if cost[i + 1] + UNKNOWN_COST < cost[i]:
                 cost[i] = cost[i + 1] + UNKNOWN_COST
                 step[i] = (1, -1)

@@ -9,7 +9,12 @@ the token's unescaped bytes; detokenize adds and removes no spaces.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from typing import cast
+
 from reference_impl.spec_links import implements
+from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import BaseTokenizer, TokenizerError, TokenType, Vocab
 
 
@@ -41,6 +46,19 @@ def unescape(text: str) -> bytes:
     return bytes(out)
 
 
+def _word_cuts(pieces: Iterable[bytes]) -> bytes:
+    """Where the greedy match surely has a token boundary, so that the words between can be
+    matched alone: before a whitespace byte, unless some token holds it right after the byte
+    in front of it (no token can then cross the cut, and the match ends exactly there)."""
+    inner = {(p[i - 1], p[i]) for p in pieces for i in range(1, len(p))}
+    cuts = []
+    for b in b" \n\t\r":
+        ahead = b"(?=" + re.escape(bytes([b])) + b")"
+        before = [re.escape(bytes([a])) for a in sorted(a for a, c in inner if c == b)]
+        cuts.append(b"(?<![" + b"".join(before) + b"])" + ahead if before else ahead)
+    return b"|".join(cuts)
+
+
 @implements("TOK-053", "TOK-071")
 class RwkvTokenizer(BaseTokenizer):
     """llama.cpp's RWKV tokenizer over one :class:`Vocab` with ``model = "rwkv"``."""
@@ -50,39 +68,53 @@ class RwkvTokenizer(BaseTokenizer):
         self.pieces: dict[bytes, int] = {}
         for i, text in enumerate(vocab.tokens):
             self.pieces[unescape(text)] = i  # a repeated byte string keeps its last id
-        self.max_len = max((len(p) for p in self.pieces), default=0)
         self.firsts = {p[:1] for p in self.pieces if p}
+        # At each position: the longest token, else one byte (UNK or an error, see below).
+        self._pattern = re.compile(trie.longest_match_bytes(self.pieces) + b"|.", re.DOTALL)
+        self._cuts = re.compile(_word_cuts(self.pieces))
 
     @implements("TOK-053")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        out: list[int] = []
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-                continue
-            data = frag.encode()
-            pos = 0
-            while pos < len(data):
-                if data[pos : pos + 1] not in self.firsts:
-                    out.append(self.vocab.unk_id)
-                    pos += 1
-                    continue
-                for end in range(min(len(data), pos + self.max_len), pos, -1):
-                    tid = self.pieces.get(data[pos:end])
-                    if tid is not None:
-                        out.append(tid)
-                        pos = end
-                        break
-                else:  # llama.cpp loops forever here (it restarts at offset 0)
-                    raise TokenizerError(
-                        "TOK_RWKV_NO_TOKEN",
-                        f"no token matches at byte {pos} (the vocabulary lacks a one-byte token)",
-                        field="text",
-                        index=pos,
-                    )
-        return out
+    def _head(self) -> list[int]:
+        return []  # llama.cpp's RWKV branch adds no BOS / EOS
+
+    def _tail(self) -> list[int]:
+        return []
+
+    @implements("TOK-053")
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        done: dict[bytes, list[int]] = {}  # words repeat: each distinct one is matched once
+        pos = 0
+        for word in self._cuts.split(text.encode()):
+            ids = done.get(word)
+            if ids is None:
+                ids = done[word] = self._greedy(word, pos)
+            out += ids
+            pos += len(word)
+
+    @implements("TOK-053")
+    def _greedy(self, data: bytes, offset: int) -> list[int]:
+        """The greedy longest match over ``data`` (at ``offset`` in its fragment): the regex
+        walks it in C; a match that is not a token is the one-byte fallback."""
+        matches = self._pattern.findall(data)
+        found = list(map(self.pieces.get, matches))
+        if None in found:
+            found = [
+                self._no_token(matches, k, offset) if t is None else t for k, t in enumerate(found)
+            ]
+        return cast("list[int]", found)
+
+    def _no_token(self, matches: list[bytes], k: int, offset: int) -> int:
+        """The id for ``matches[k]``, a byte no token matched at: UNK when no token starts with
+        it; when some longer one does, llama.cpp loops forever (it restarts at offset 0)."""
+        if matches[k] not in self.firsts:
+            return self.vocab.unk_id
+        pos = offset + sum(map(len, matches[:k]))
+        raise TokenizerError(
+            "TOK_RWKV_NO_TOKEN",
+            f"no token matches at byte {pos} (the vocabulary lacks a one-byte token)",
+            field="text",
+            index=pos,
+        )
 
     @implements("TOK-053")
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:

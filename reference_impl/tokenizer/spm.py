@@ -19,6 +19,7 @@ Pieces and detokenized text are ``bytes`` (byte-fallback tokens may split a UTF-
 from __future__ import annotations
 
 import heapq
+import re
 
 from reference_impl.spec_links import implements
 from reference_impl.tokenizer.vocab import (
@@ -27,6 +28,9 @@ from reference_impl.tokenizer.vocab import (
     TokenizerError,
     Vocab,
 )
+
+_WORD_START = re.compile(f"(?<!{SPACE_ESCAPE})(?={SPACE_ESCAPE})")  # before a run of '▁'
+_INNER_SPACE = re.compile(f"[^{SPACE_ESCAPE}]{SPACE_ESCAPE}")
 
 
 @implements("TOK-020", "TOK-067")
@@ -42,31 +46,31 @@ class SpmTokenizer(BaseTokenizer):
             if tid is None:
                 tid = vocab.token_to_id.get(chr(b)) if b < 128 else None
             self._byte_ids.append(-1 if tid is None else tid)
+        # No merge crosses a cut before a run of '▁' unless some token holds a '▁' right after
+        # another character; without such a token each word merges alone (merges only compare
+        # scores and positions inside the word, so the order of its own merges is the same).
+        self._per_word = not any(_INNER_SPACE.search(t) for t in vocab.tokens)
 
-    @implements("TOK-001", "TOK-002", "TOK-003", "TOK-055")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        vocab = self.vocab
-        out: list[int] = []
-        if add_special and vocab.add_bos:
-            out.append(vocab.bos_id)
-        is_prev_special = True  # the first fragment gets a space prefix too
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-                is_prev_special = True
-                continue
-            if vocab.add_space_prefix and is_prev_special:
-                frag = " " + frag
-            self._tokenize_fragment(frag.replace(" ", SPACE_ESCAPE), out)
-            is_prev_special = False
-        if add_special and vocab.add_eos:
-            out.append(vocab.eos_id)
-        return out
+    @implements("TOK-001", "TOK-003")
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        # Every raw fragment starts the text or follows a special token (the partition never
+        # leaves two strings side by side), so each one gets the space prefix.
+        if self.vocab.add_space_prefix:
+            text = " " + text
+        text = text.replace(" ", SPACE_ESCAPE)
+        if not self._per_word:
+            self._merge_symbols(text, out)
+            return
+        done: dict[str, list[int]] = {}  # words repeat: each distinct one is merged once
+        for word in _WORD_START.split(text):
+            ids = done.get(word)
+            if ids is None:
+                ids = done[word] = []
+                self._merge_symbols(word, ids)
+            out += ids
 
     @implements("TOK-004", "TOK-005")
-    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+    def _merge_symbols(self, text: str, out: list[int]) -> None:
         # Symbols are the UTF-8 characters of the text, linked as a doubly linked list.
         sym_text = list(text)
         n = len(sym_text)

@@ -20,11 +20,14 @@ Per raw-text fragment, over UTF-8 bytes:
 
 from __future__ import annotations
 
+import math
+import re
 import struct
 
 import numpy as np
 
 from reference_impl.spec_links import implements
+from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import (
     SPACE_ESCAPE,
     BaseTokenizer,
@@ -34,6 +37,9 @@ from reference_impl.tokenizer.vocab import (
 )
 
 _ESCAPED_SPACE = SPACE_ESCAPE.encode()
+WINDOW = 3  # bytes of text CharsMap.hot_windows looks at
+_WORD_START = re.compile(b"(?<!%s)(?=%s)" % (_ESCAPED_SPACE, _ESCAPED_SPACE))  # before '▁'s
+_INNER_SPACE = re.compile(b"(?<!%s)(?<=.)%s" % (_ESCAPED_SPACE, _ESCAPED_SPACE), re.DOTALL)
 
 
 class CharsMap:
@@ -50,32 +56,26 @@ class CharsMap:
         self.nodes = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.strings = blob[4 + size :]
 
-    def _node(self, i: int) -> int:
-        if i >= len(self.nodes):
-            raise TokenizerError("TOK_CHARSMAP", "index out of the charsmap trie", field="text")
-        return self.nodes[i]
-
-    def _base(self, i: int) -> int:
-        e = self._node(i)
-        return (e >> 10) << ((e & (1 << 9)) >> 6)
-
     def longest(self, data: bytes, start: int) -> tuple[int, bytes] | None:
-        """(bytes consumed, replacement) of the longest map entry that prefixes ``data[start:]``."""
-        if not self.nodes:
+        """(bytes consumed, replacement) of the longest map entry that prefixes ``data[start:]``
+        (llama.cpp's walk: it stops at a NUL byte, and an index outside the trie fails)."""
+        nodes = self.nodes
+        if not nodes:
             return None
         best: tuple[int, int] | None = None
-        node = self._base(0)
+        node = _base(nodes[0])
         for pos in range(start, len(data)):
             c = data[pos]
             if c == 0:
                 break
             node ^= c
-            if self._node(node) & ((1 << 31) | 0xFF) != c:
+            unit = nodes[node] if node < len(nodes) else _out_of_trie()
+            if unit & 0x800000FF != c:  # LCHECK (bit 31 and the label byte)
                 break
-            leaf = (self._node(node) >> 8) & 1
-            node ^= self._base(node)
-            if leaf:
-                best = (pos - start + 1, self._node(node) & ((1 << 31) - 1))
+            node ^= _base(unit)
+            if unit >> 8 & 1:  # LEAF: a key ends here, its VALUE in the next unit
+                value = nodes[node] if node < len(nodes) else _out_of_trie()
+                best = (pos - start + 1, value & 0x7FFFFFFF)
         if best is None:
             return None
         length, offset = best
@@ -83,6 +83,47 @@ class CharsMap:
         if offset >= len(self.strings) or end < 0:
             raise TokenizerError("TOK_CHARSMAP", "bad replacement in the charsmap", field="text")
         return length, self.strings[offset:end]
+
+    def hot_windows(self) -> np.ndarray:
+        """One flag per ``WINDOW`` bytes ``b0 b1 b2`` (index ``b0 << 16 | b1 << 8 | b2``): false
+        where :meth:`longest` at a text that starts with them surely returns None (its walk
+        stops inside them without a leaf), true where it may find an entry or fail. A NUL
+        (or the end of the text, padded with NULs) stops the walk."""
+        hot = np.zeros(1 << (8 * WINDOW), dtype=bool)
+        if not self.nodes:
+            return hot
+        nodes = np.array(self.nodes, dtype=np.int64)
+        label = np.arange(1, 256, dtype=np.int64)
+        prefixes, at = np.zeros(1, dtype=np.int64), _bases(nodes[:1])
+        for depth in range(1, WINDOW + 1):
+            step = at[:, None] ^ label
+            inside = step < len(nodes)
+            unit = nodes[np.where(inside, step, 0)]
+            found = inside & ((unit & 0x800000FF) == label)
+            leaf = found & (unit >> 8 & 1 == 1)
+            longer = (prefixes[:, None] << 8) | label
+            # a leaf or a step out of the trie decides whatever follows it
+            span = 1 << (8 * (WINDOW - depth))
+            for prefix in longer[leaf | ~inside].tolist():
+                hot[prefix * span : (prefix + 1) * span] = True
+            walking = found & ~leaf
+            prefixes = longer[walking]
+            at = (np.where(inside, step, 0) ^ _bases(unit))[walking]
+        hot[prefixes] = True  # walks still going after WINDOW bytes
+        return hot
+
+
+def _base(unit: int) -> int:
+    """BASE of a trie unit: bits 10..31, shifted by 8 when bit 9 is set."""
+    return (unit >> 10) << ((unit & (1 << 9)) >> 6)
+
+
+def _bases(units: np.ndarray) -> np.ndarray:
+    return (units >> 10) << ((units & (1 << 9)) >> 6)
+
+
+def _out_of_trie() -> int:
+    raise TokenizerError("TOK_CHARSMAP", "index out of the charsmap trie", field="text")
 
 
 def _utf8_len(lead: int) -> int:
@@ -110,7 +151,6 @@ class UgmTokenizer(BaseTokenizer):
             key=len,
             reverse=True,
         )
-        self.max_len = max((len(p) for p in self.pieces), default=0)
         normal = [
             np.float32(s)
             for s, t in zip(vocab.scores, vocab.types, strict=True)
@@ -119,58 +159,113 @@ class UgmTokenizer(BaseTokenizer):
         lowest = min(normal) if normal else np.float32(np.finfo(np.float32).max)
         # computed in float32, as llama.cpp stores it
         self.unk_score = float(np.float32(lowest) - np.float32(10.0))
+        self._init_normalizer()
+        self._init_lattice()
+
+    def _init_normalizer(self) -> None:
+        # Where a step can be more than one unchanged character: a hot window, or the first
+        # byte of a user-defined token. Only there does the normalizer walk in Python.
+        self._hot = self.charsmap.hot_windows()
+        self._user_first = np.zeros(256, dtype=bool)
+        for ud in self.user_defined:
+            if ud:  # an empty text matches nowhere (see _prefix)
+                self._user_first[ud[0]] = True
+
+    @implements("TOK-052")
+    def _init_lattice(self) -> None:
+        """The pieces that start at a position are the longest one (a trie regex finds it)
+        and those of its prefixes that are pieces: listed once per piece."""
+        self._longest = re.compile(trie.longest_match_bytes(self.pieces))
+        self._prefixes = {
+            piece: [
+                (k, self.pieces[piece[:k]], self._score(self.pieces[piece[:k]]))
+                for k in range(1, len(piece) + 1)
+                if piece[:k] in self.pieces
+            ]
+            for piece in self.pieces
+        }
+        # Viterbi word by word: see _words.
+        scores = [self.unk_score] + [s for p in self._prefixes.values() for _, _, s in p]
+        self._per_word = all(math.isfinite(s) for s in scores) and not any(
+            _INNER_SPACE.search(piece) for piece in self.pieces
+        )
+        nonzero = [s for s in scores if s != 0.0]
+        self._max_score = max((abs(s) for s in nonzero), default=0.0)
+        self._quantum = min((_lowest_bit(s) for s in nonzero), default=1.0)
+
+    def _score(self, tid: int) -> float:
+        return 0.0 if self.vocab.types[tid] == TokenType.USER_DEFINED else self.vocab.scores[tid]
 
     @implements("TOK-052", "TOK-069")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        vocab = self.vocab
-        out: list[int] = []
-        if add_special and vocab.add_bos:
-            out.append(vocab.bos_id)
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-            else:
-                out += self._viterbi(self.normalize(frag.encode()))
-        if add_special and vocab.add_eos:
-            out.append(vocab.eos_id)
-        return out
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        data = self.normalize(text.encode())
+        done: dict[bytes, list[int]] = {}  # words repeat: each distinct one is solved once
+        unk = self.vocab.unk_id
+        ids: list[int] = []
+        for word in self._words(data):
+            got = done.get(word)
+            if got is None:
+                got = done[word] = self._viterbi(word)
+            # a run of UNK collapses across words too
+            ids += got[1:] if got and ids and ids[-1] == unk and got[0] == unk else got
+        out += ids
 
-    def _prefix(self, data: bytes, pos: int) -> tuple[bytes, int]:
+    def _words(self, data: bytes) -> list[bytes]:
+        """``data`` cut before each run of ``'▁'`` when the Viterbi of the parts gives the
+        Viterbi of the whole: no piece has a ``'▁'`` right after another character (so none
+        crosses a cut, and every path goes through each cut), the text is UTF-8 (so the
+        lattice has a node at each cut), and every sum of scores is exact (each score is a
+        multiple of the power of two ``quantum`` and a path of at most ``len(data)`` pieces
+        stays under ``2**53 * quantum``), so both ways compare the same numbers, ties too."""
+        exact = len(data) * self._max_score <= 2.0**53 * self._quantum
+        if not (self._per_word and exact and _is_utf8(data)):
+            return [data]
+        return _WORD_START.split(data)
+
+    def _prefix(self, data: bytes, pos: int) -> tuple[bytes, int] | None:
+        """The step at ``pos`` when it is a user-defined token or a charsmap entry: (what it
+        becomes, bytes used); None when one character passes unchanged."""
         for ud in self.user_defined:
-            if data.startswith(ud, pos):
+            if ud and data.startswith(ud, pos):
                 return ud, len(ud)
         hit = self.charsmap.longest(data, pos)
         if hit is not None:
             return hit[1], hit[0]
-        n = min(_utf8_len(data[pos]), len(data) - pos)
-        return data[pos : pos + n], n
+        return None
 
     @implements("TOK-052")
     def normalize(self, data: bytes) -> bytes:
-        vocab = self.vocab
-        merge = vocab.remove_extra_whitespaces
-        out = bytearray()
-        prepended = False
-        in_word = False
-        pos = 0
-        while pos < len(data):
-            repl, used = self._prefix(data, pos)
-            for c in repl:
-                if c != 0x20:
-                    if not in_word:
-                        in_word = True
-                        if (vocab.add_space_prefix and not prepended) or merge:
-                            out += _ESCAPED_SPACE
-                            prepended = True
-                    out.append(c)
-                else:
-                    in_word = False
-                    if not merge:
-                        out += _ESCAPED_SPACE
-            pos += used
-        return bytes(out)
+        # Steps go one character at a time except where _prefix matches, which needs a hot
+        # window or a user-defined first byte: numpy finds those, Python walks only there.
+        padded = np.frombuffer(data + bytes(WINDOW - 1), dtype=np.uint8).astype(np.int64)
+        window = padded[: len(data)] << 16 | padded[1 : len(data) + 1] << 8 | padded[2:]
+        spots = np.flatnonzero(self._hot[window] | self._user_first[padded[: len(data)]])
+        parts: list[bytes] = []
+        copied = 0  # data[:copied] is in parts
+        step = 0  # where the next step starts, unless characters pass before a spot
+        for pos in spots.tolist():
+            if pos < step or not _steps_reach(data, step, pos):
+                continue
+            hit = self._prefix(data, pos)
+            if hit is None:
+                step = pos + min(_utf8_len(data[pos]), len(data) - pos)
+                continue
+            parts += (data[copied:pos], hit[0])
+            copied = step = pos + hit[1]
+        parts.append(data[copied:])
+        return self._escape_spaces(b"".join(parts))
+
+    @implements("TOK-052")
+    def _escape_spaces(self, text: bytes) -> bytes:
+        """Each space becomes ``'▁'`` and the first word gets one in front (add_space_prefix);
+        with remove_extra_whitespaces spaces go and every word gets one in front."""
+        if self.vocab.remove_extra_whitespaces:
+            return b"".join(_ESCAPED_SPACE + word for word in text.split(b" ") if word)
+        out = text.replace(b" ", _ESCAPED_SPACE)
+        if self.vocab.add_space_prefix and text.strip(b" "):
+            at = (len(text) - len(text.lstrip(b" "))) * len(_ESCAPED_SPACE)
+            out = out[:at] + _ESCAPED_SPACE + out[at:]
+        return out
 
     @implements("TOK-052")
     def _viterbi(self, data: bytes) -> list[int]:
@@ -178,7 +273,6 @@ class UgmTokenizer(BaseTokenizer):
         if n == 0:
             return []
         unk = self.vocab.unk_id
-        scores, types = self.vocab.scores, self.vocab.types
         # best[end] = (score, start, token)
         best: list[tuple[float, int, int]] = [(-np.inf, 0, unk)] * (n + 1)
         best[0] = (0.0, 0, unk)
@@ -187,14 +281,11 @@ class UgmTokenizer(BaseTokenizer):
             char_len = min(_utf8_len(data[start]), n - start)
             base = best[start][0]
             exact = False
-            for end in range(start + 1, min(n, start + self.max_len) + 1):
-                tid = self.pieces.get(data[start:end])
-                if tid is None:
-                    continue
-                exact |= end - start == char_len
-                score = base + (0.0 if types[tid] == TokenType.USER_DEFINED else scores[tid])
-                if score > best[end][0]:
-                    best[end] = (score, start, tid)
+            hit = self._longest.match(data, start)
+            for length, tid, score in self._prefixes[hit[0]] if hit else ():  # shortest first
+                exact |= length == char_len
+                if base + score > best[start + length][0]:
+                    best[start + length] = (base + score, start, tid)
             if not exact:
                 end = start + char_len
                 score = base + self.unk_score
@@ -214,3 +305,26 @@ class UgmTokenizer(BaseTokenizer):
             prev_unk = is_unk
             end = start
         return out[::-1]
+
+
+def _steps_reach(data: bytes, step: int, pos: int) -> bool:
+    """Whether one-character steps from ``step`` land on ``pos``. The text is UTF-8, so they
+    land on every byte that is not a continuation byte; only after an entry that ended inside
+    a character do they also cross that character's continuation bytes one by one."""
+    if pos == step or not 0x80 <= data[pos] <= 0xBF:
+        return True
+    return all(0x80 <= b <= 0xBF for b in data[step : pos + 1])
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _lowest_bit(x: float) -> float:
+    """The value of the lowest set bit of a finite non-zero float."""
+    num, den = abs(x).as_integer_ratio()  # den is a power of two
+    return (num & -num) / den

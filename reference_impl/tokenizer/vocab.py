@@ -1,5 +1,6 @@
 """The vocabulary of a GGUF file (``tokenizer.ggml.*``) and the parts every family shares:
-special-token partitioning, ``token_to_piece`` and ``detokenize``."""
+the ``tokenize`` frame (special-token partition, BOS / EOS) around each family's fragment
+algorithm, ``token_to_piece`` and ``detokenize``."""
 
 from __future__ import annotations
 
@@ -327,7 +328,33 @@ class BaseTokenizer:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
+        """llama_tokenize: the special-token partition, each raw-text fragment tokenized by the
+        family's :meth:`_tokenize_fragment`, framed by :meth:`_head` / :meth:`_tail` when
+        ``add_special``."""
+        out = self._head() if add_special else []
+        for frag in self._partition(text, parse_special):
+            if isinstance(frag, int):
+                out.append(frag)
+            else:
+                self._tokenize_fragment(frag, out)
+        if add_special:
+            out += self._tail()
+        return out
+
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        """Append the ids of one raw-text fragment (non-empty, from :meth:`_partition`, so it
+        starts the text or follows a special token) to ``out``: the family's algorithm."""
         raise NotImplementedError
+
+    @implements("TOK-002", "TOK-055", "TOK-058")
+    def _head(self) -> list[int]:
+        """The ids ``add_special`` puts first: BOS when the vocabulary's ``add_bos`` says so."""
+        return [self.vocab.bos_id] if self.vocab.add_bos else []
+
+    @implements("TOK-002", "TOK-055")
+    def _tail(self) -> list[int]:
+        """The ids ``add_special`` puts last: EOS when the vocabulary's ``add_eos`` says so."""
+        return [self.vocab.eos_id] if self.vocab.add_eos else []
 
     @implements("TOK-006", "TOK-061")
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:

@@ -17,6 +17,8 @@ Pieces render ``'▁'`` as a space; detokenize cleans spaces (``clean_spaces`` i
 
 from __future__ import annotations
 
+import re
+
 import unicodedata2
 
 from reference_impl.spec_links import implements
@@ -83,24 +85,36 @@ class WpmTokenizer(BaseTokenizer):
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
         self.max_len = max((len(t) for t in vocab.tokens), default=0)
+        # The ASCII whitespace that split_words treats as whitespace (all of it, checked here
+        # rather than assumed) splits the text into chunks.
+        ascii_space = " \t\n\r\v\f"
+        spaces = "".join(
+            c for c in ascii_space if split_words(f"a{c}a", False, vocab.strip_accents) == ["a"] * 2
+        )
+        self._space_run = re.compile(f"[{re.escape(spaces)}]+" if spaces else "(?!)")
+
+    @implements("TOK-051")
+    def _head(self) -> list[int]:
+        return [self.vocab.bos_id]  # always [CLS] ... [SEP], whatever add_bos / add_sep say
+
+    def _tail(self) -> list[int]:
+        return [self.vocab.sep_id]
 
     @implements("TOK-051", "TOK-064")
-    def tokenize(
-        self, text: str, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
+    def _tokenize_fragment(self, text: str, out: list[int]) -> None:
+        # A whitespace character only ends a word, so the chunks between them tokenize on their
+        # own; words repeat in real text, so each distinct chunk is worked out once per call.
         vocab = self.vocab
-        out: list[int] = []
-        if add_special:  # always [CLS] ... [SEP], whatever add_bos / add_sep say
-            out.append(vocab.bos_id)
-        for frag in self._partition(text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-                continue
-            for word in split_words(frag, vocab.lowercase, vocab.strip_accents):
-                out += self._word_pieces(SPACE_ESCAPE + word)
-        if add_special:
-            out.append(vocab.sep_id)
-        return out
+        done: dict[str, list[int]] = {}
+        for chunk in self._space_run.split(text):
+            ids = done.get(chunk)
+            if ids is None:
+                ids = done[chunk] = [
+                    tid
+                    for word in split_words(chunk, vocab.lowercase, vocab.strip_accents)
+                    for tid in self._word_pieces(SPACE_ESCAPE + word)
+                ]
+            out += ids
 
     @implements("TOK-051")
     def _word_pieces(self, word: str) -> list[int]:
