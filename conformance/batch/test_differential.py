@@ -16,9 +16,10 @@ are run:
 
 ``n_ubatch`` is the case's ``split_ubatch``, so most accepted cases run as several ubatches.
 Cases that llama.cpp cannot run are skipped with the corpus's reason (``undefined``: it would
-read out of bounds; ``unreachable``: not expressible through llama_decode), as are M-RoPE cases
-(no such fixture). Embedding cases use rows of the model's width: ``llama_batch_compat`` reads
-``n_embd`` floats per row, so the corpus's narrow placeholder rows would be read out of bounds.
+read out of bounds; ``unreachable``: not expressible through llama_decode). M-RoPE cases run on
+the ``qwen2vl`` fixture (4 positions per token) and need ``model.arch.qwen2vl``. Embedding
+cases use rows of the model's width: ``llama_batch_compat`` reads ``n_embd`` floats per row, so
+the corpus's narrow placeholder rows would be read out of bounds.
 
 The target must also reach the corpus's hand-written verdict (code, memory, output tokens):
 that part of each case is the target's own verdict on the rule the case names.
@@ -45,6 +46,7 @@ from reference_impl.batch.types import Batch
 from reference_impl.errors import EngineError
 
 FIXTURE = "gqa"
+MROPE_FIXTURE = "qwen2vl"  # the cases that need n_pos_per_embd 4
 NMSE_BAR = 1e-4
 MODES = {"unified": True, "streams": False}
 N_BATCH = 64  # every corpus batch and every memory-building batch is smaller
@@ -88,15 +90,19 @@ def _skip_reason(case: CorpusCase) -> str | None:
         return f"llama.cpp verdict '{case.llamacpp}': {case.note or case.rule}"
     if case.llamacpp == "differs":
         return f"deliberate difference from llama.cpp: {case.note}"
-    if "mrope" in case.needs:
-        return "needs an M-RoPE model (n_pos_per_embd 4); the llama fixtures have 1 position"
     return None
+
+
+def arch_marks(case: CorpusCase) -> list[Any]:
+    """The architecture capability a case's fixture needs (M-RoPE cases: qwen2vl)."""
+    return [pytest.mark.requires("model.arch.qwen2vl")] if "mrope" in case.needs else []
 
 
 def _params() -> Iterator[Any]:
     for case in CASES:
         for mode in MODES:
             marks: list[Any] = [pytest.mark.invariant(*_invariants(case, mode))]
+            marks += arch_marks(case)
             if case.output_all:
                 marks.append(pytest.mark.requires("decoder.embeddings"))
             reason = _skip_reason(case)
@@ -133,7 +139,8 @@ def _observed_seqs(case: CorpusCase) -> list[int]:
 
 
 def _run(tgt: Any, case: CorpusCase, unified: bool) -> Outcome:
-    model = cached(tgt, "load_model", str(fixture_path(FIXTURE)))
+    fixture = MROPE_FIXTURE if "mrope" in case.needs else FIXTURE
+    model = cached(tgt, "load_model", str(fixture_path(fixture)))
     info = tgt.model_info(model)
     # llama.cpp aborts creating a context whose n_seq_max exceeds n_outputs_max (= n_batch).
     n_batch = max(N_BATCH, case.n_seq_max)

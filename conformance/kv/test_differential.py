@@ -16,9 +16,10 @@ Known differences (spec/kv.md): D1, llama.cpp's K-shift of ``seq_div`` rotating 
 way, leaves positions alone, so sequences with ``seq_div`` are replayed and only their logits
 after the division are not compared; :func:`test_k_shift_matches_a_fresh_context` checks the
 target's own ``seq_div`` against a fresh context. D4 (the search head after an empty range) is
-invisible through the API. D2 needs a sliding-window model, which the fixtures do not have (that
-config is skipped with the reason). D7, ``seq_keep`` leaving the other streams untouched, is a
-llama.cpp behaviour the spec adopts (KV-017).
+invisible through the API. D2 needs a sliding-window model: the "swa" config runs on the
+``gemma3`` fixture (8-position window, so the sliding layers' cache, whose positions the memory
+reports, purges cells that left the window) and needs ``model.arch.gemma3``. D7, ``seq_keep``
+leaving the other streams untouched, is a llama.cpp behaviour the spec adopts (KV-017).
 
 llama.cpp pads each stream to 256 cells, so every config has ``kv_size`` 256.
 """
@@ -36,6 +37,7 @@ from conformance.assertions import nmse
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.gate import cached, release
 from conformance.strategies.kv import (
+    SWA_STANDARD,
     Clear,
     Decode,
     ModelConfig,
@@ -68,9 +70,10 @@ CONFIGS = {
     "streams3": ModelConfig(kv_size=KV_SIZE, n_seq_max=3, unified=False),
     "one_seq": ModelConfig(kv_size=KV_SIZE, n_seq_max=1),
 }
-NO_SWA = (
-    "no sliding-window GGUF fixture: llama.cpp's window purge (spec/kv.md D2) cannot be compared"
-)
+# The sliding-window config: the gemma3 fixture's window (layers 0-4 slide over 8 positions);
+# its contexts keep K/V in the iSWA memory, which reports the window cache's positions.
+SWA_CONFIG = ModelConfig(kv_size=KV_SIZE, n_seq_max=3, unified=True, n_swa=8, swa_type=SWA_STANDARD)
+SWA_FIXTURE = "gemma3"
 REPLAY_INVARIANTS = (
     "KV-028",
     "KV-001",
@@ -103,7 +106,8 @@ def _contexts(engines: dict[str, Any]) -> Iterator[Any]:
     def make(cfg: ModelConfig) -> dict[str, Any]:
         ctxs = {}
         for name, tgt in engines.items():
-            model = cached(tgt, "load_model", str(fixture_path(FIXTURE)))
+            fixture = SWA_FIXTURE if cfg.n_swa else FIXTURE
+            model = cached(tgt, "load_model", str(fixture_path(fixture)))
             ctxs[name] = tgt.new_context(
                 model,
                 n_ctx=cfg.kv_size * cfg.n_stream,
@@ -229,6 +233,11 @@ def _seeded(cfg: ModelConfig) -> list[list[Op]]:
         # a shift below position 0 empties the cell
         [_decode((0, 0, 3)), SeqAdd(0, 0, 2, -1), _decode((0, 3, 1))],
     ]
+    if cfg.n_swa:  # D2: freeing cell 0 moves the head there; the next two tokens take cell 0
+        # and cell 1, whose position 1 left seq 0's window, so the window cache purges it
+        common.append(
+            [_decode((0, 0, 20)), SeqRm(0, 0, 1), _decode((0, 20, 2)), _decode((0, 22, 1))]
+        )
     if cfg.n_seq_max < 2:
         return common
     return [
@@ -251,11 +260,11 @@ def _seeded(cfg: ModelConfig) -> list[list[Op]]:
 @pytest.mark.invariant(*REPLAY_INVARIANTS)
 @pytest.mark.requires("decoder.shift")
 @pytest.mark.uses("kv.cache")
-@pytest.mark.parametrize("name", [*CONFIGS, "swa"])
+@pytest.mark.parametrize(
+    "name", [*CONFIGS, pytest.param("swa", marks=pytest.mark.requires("model.arch.gemma3"))]
+)
 def test_op_sequences_match_peer(name: str, target: Any, contexts: Any) -> None:
-    if name == "swa":
-        pytest.skip(NO_SWA)
-    cfg = CONFIGS[name]
+    cfg = SWA_CONFIG if name == "swa" else CONFIGS[name]
     ctxs = contexts(cfg)
     n_seq = cfg.n_seq_max
     own_cache = target.has("kv.cache")

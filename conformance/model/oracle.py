@@ -18,6 +18,20 @@ Optional tensors and architecture variants, straight from their definitions: a `
 added to its matrix's product; a fused ``attn_qkv`` is Q's rows, then K's, then V's;
 ``rope_freqs`` divides pair j's angle by rope_freqs[j]; ``qwen2`` rotates the NEOX pairs
 (q[j], q[j + head_dim/2]) instead of adjacent ones.
+
+``gemma3`` (llama.cpp ``src/models/gemma3.cpp``): x_0 = E[token] * sqrt(n_embd); q and k are
+RMS-normalized per head (weights attn_q_norm / attn_k_norm) before NEOX RoPE; the attention
+output and the FFN output are RMS-normalized (post_attention_norm / post_ffw_norm) before their
+residual adds; the FFN is gelu(Wgate m) * (Wup m) with ggml's GELU (the tanh approximation
+evaluated on the float16-rounded input, rounded to float16); with ``attention.sliding_window``
+= w > 0 the layers il % 6 < 5 (or those of ``attention.sliding_window_pattern``) attend only
+to keys at positions t' > t - w and rotate with base ``rope.freq_base_swa`` (10000); a
+``final_logit_softcapping`` c maps the logits to c * tanh(logits / c).
+
+``qwen2vl``: qwen2 with M-RoPE: each row has 4 positions (time, height, width, extra) and pair
+j of a head (NEOX layout) turns by pos[plane] * base^(-2j/head_dim), plane the section of
+``rope.dimension_sections`` holding j mod sum(sections); a token's position is on every plane.
+Its RMSNorms use epsilon 0 (llama.cpp 0.3.36 does not read the key for qwen2vl).
 """
 
 from __future__ import annotations
@@ -44,6 +58,12 @@ class OracleModel:
     freq_base: float
     tensors: dict[str, np.ndarray]  # float64, numpy shapes
     neox: bool = False
+    gemma3: bool = False
+    n_swa: int = 0  # gemma3: the window of the sliding layers (0: none)
+    swa_layers: tuple[bool, ...] = ()
+    freq_base_swa: float = 10000.0
+    softcap: float = 0.0
+    sections: tuple[int, ...] = ()  # qwen2vl: M-RoPE pairs per plane
 
 
 def _scalar(reader: Any, key: str, default: Any = None) -> Any:
@@ -67,7 +87,16 @@ def load(path: str | os.PathLike[str]) -> OracleModel:
     if "output.weight" not in tensors:
         tensors["output.weight"] = tensors["token_embd.weight"]
     n_head_kv = int(_scalar(reader, f"{arch}.attention.head_count_kv", n_head))
-    head_dim = n_embd // n_head
+    head_dim = int(_scalar(reader, f"{arch}.attention.key_length", n_embd // n_head))
+    n_layer = int(_scalar(reader, f"{arch}.block_count"))
+    n_swa = int(_scalar(reader, f"{arch}.attention.sliding_window", 0))
+    pattern = _scalar(reader, f"{arch}.attention.sliding_window_pattern", 6)
+    if isinstance(pattern, list):
+        swa_layers = tuple(bool(f) for f in pattern)
+    else:
+        swa_layers = tuple(
+            int(pattern) == 0 or il % int(pattern) < int(pattern) - 1 for il in range(n_layer)
+        )
     for name in [n for n in tensors if ".attn_qkv." in n]:
         fused = tensors.pop(name)
         ends = np.cumsum([n_head * head_dim, n_head_kv * head_dim])
@@ -75,14 +104,23 @@ def load(path: str | os.PathLike[str]) -> OracleModel:
             tensors[name.replace("attn_qkv", part)] = values
     return OracleModel(
         n_embd=n_embd,
-        n_layer=int(_scalar(reader, f"{arch}.block_count")),
+        n_layer=n_layer,
         n_head=n_head,
-        n_head_kv=int(_scalar(reader, f"{arch}.attention.head_count_kv", n_head)),
-        head_dim=n_embd // n_head,
-        eps=float(_scalar(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        # qwen2vl: llama.cpp 0.3.36 never reads the epsilon, so its RMSNorms use 0
+        eps=0.0
+        if arch == "qwen2vl"
+        else float(_scalar(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         freq_base=float(_scalar(reader, f"{arch}.rope.freq_base", 10000.0)),
         tensors=tensors,
-        neox=arch == "qwen2",
+        neox=arch in ("qwen2", "gemma3", "qwen2vl"),
+        sections=tuple(int(x) for x in _scalar(reader, f"{arch}.rope.dimension_sections", [])),
+        gemma3=arch == "gemma3",
+        n_swa=n_swa if arch == "gemma3" else 0,
+        swa_layers=swa_layers if arch == "gemma3" and n_swa > 0 else (False,) * n_layer,
+        freq_base_swa=float(_scalar(reader, f"{arch}.rope.freq_base_swa", 10000.0)),
+        softcap=float(_scalar(reader, f"{arch}.final_logit_softcapping", 0.0)),
     )
 
 
@@ -115,16 +153,61 @@ def _linear(w: dict[str, np.ndarray], name: str, x: np.ndarray) -> np.ndarray:
     return y if bias is None else y + bias
 
 
-def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
-    """float64 logits ``[n_tokens, n_vocab]`` for ``tokens`` at positions ``0..n-1``."""
+def _gelu_ggml(x: np.ndarray) -> np.ndarray:
+    """ggml's GELU: tanh approximation on the float16-rounded input, rounded to float16
+    (0 at or below -10, the identity at or above 10)."""
+    xh = x.astype(np.float16).astype(np.float64)
+    y = 0.5 * xh * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * xh * (1.0 + 0.044715 * xh * xh)))
+    y = y.astype(np.float16).astype(np.float64)
+    return np.where(x <= -10.0, 0.0, np.where(x >= 10.0, x, y))
+
+
+def _rope_mrope(
+    vec: np.ndarray, planes: np.ndarray, base: float, sections: tuple[int, ...]
+) -> np.ndarray:
+    """M-RoPE of one head vector (NEOX pairs): pair j turns by the position of the plane
+    whose section holds j mod sum(sections) (sections: time, height, width, extra)."""
+    d = vec.shape[0]
+    out = vec.copy()
+    bounds = np.cumsum(sections)
+    for j in range(d // 2):
+        plane = int(np.searchsorted(bounds, j % bounds[-1], side="right"))
+        theta = planes[plane] * base ** (-2.0 * j / d)
+        c, s = np.cos(theta), np.sin(theta)
+        x0, x1 = vec[j], vec[j + d // 2]
+        out[j] = x0 * c - x1 * s
+        out[j + d // 2] = x0 * s + x1 * c
+    return out
+
+
+def forward(
+    path: str | os.PathLike[str],
+    tokens: list[int],
+    *,
+    embd: np.ndarray | None = None,
+    planes: np.ndarray | None = None,
+) -> np.ndarray:
+    """float64 logits ``[n_tokens, n_vocab]`` for ``tokens`` at positions ``0..n-1``. For
+    qwen2vl, ``embd`` rows may replace the tokens (pass ``tokens=[]``) and ``planes``
+    ``[4, n]`` give each row's M-RoPE positions (default: ``0..n-1`` on every plane); rows
+    attend causally in their order."""
     m = load(str(path))
+    if m.gemma3:
+        return _forward_gemma3(m, tokens)
     w = m.tensors
     hd = m.head_dim
     group = m.n_head // m.n_head_kv
-    xs = [w["token_embd.weight"][t].copy() for t in tokens]
+    if embd is not None:
+        xs = [np.asarray(row, dtype=np.float64) for row in embd]
+    else:
+        xs = [w["token_embd.weight"][t].copy() for t in tokens]
+    if planes is None:
+        planes = np.tile(np.arange(len(xs)), (4, 1))
     factors = w.get("rope_freqs.weight")
 
     def rope(vec: np.ndarray, pos: int) -> np.ndarray:
+        if m.sections:
+            return _rope_mrope(vec, planes[:, pos], m.freq_base, m.sections)
         return _rope(vec, pos, m.freq_base, factors, m.neox)
 
     for il in range(m.n_layer):
@@ -159,3 +242,45 @@ def forward(path: str | os.PathLike[str], tokens: list[int]) -> np.ndarray:
         xs = new_xs
     out = [w["output.weight"] @ _rmsnorm(x, w["output_norm.weight"], m.eps) for x in xs]
     return np.stack(out)
+
+
+def _forward_gemma3(m: OracleModel, tokens: list[int]) -> np.ndarray:
+    """The gemma3 forward (see the module docstring), token by token and head by head."""
+    w = m.tensors
+    hd = m.head_dim
+    group = m.n_head // m.n_head_kv
+    xs = [w["token_embd.weight"][t] * np.sqrt(m.n_embd) for t in tokens]
+    for il in range(m.n_layer):
+        p = f"blk.{il}."
+        sliding = m.swa_layers[il]
+        base = m.freq_base_swa if sliding else m.freq_base
+        queries, keys, vals = [], [], []
+        for pos, x in enumerate(xs):
+            h = _rmsnorm(x, w[p + "attn_norm.weight"], m.eps)
+            q = (w[p + "attn_q.weight"] @ h).reshape(m.n_head, hd)
+            k = (w[p + "attn_k.weight"] @ h).reshape(m.n_head_kv, hd)
+            v = (w[p + "attn_v.weight"] @ h).reshape(m.n_head_kv, hd)
+            qn = [_rmsnorm(q[i], w[p + "attn_q_norm.weight"], m.eps) for i in range(m.n_head)]
+            kn = [_rmsnorm(k[i], w[p + "attn_k_norm.weight"], m.eps) for i in range(m.n_head_kv)]
+            queries.append([_rope(r, pos, base, neox=True) for r in qn])
+            keys.append([_rope(r, pos, base, neox=True) for r in kn])
+            vals.append(v)
+        new_xs = []
+        for t, x in enumerate(xs):
+            seen = [s for s in range(t + 1) if not (sliding and t - s >= m.n_swa)]
+            heads = []
+            for head in range(m.n_head):
+                kv = head // group
+                scores = np.array([queries[t][head] @ keys[s][kv] for s in seen]) / np.sqrt(hd)
+                probs = np.exp(scores - scores.max())
+                probs /= probs.sum()
+                heads.append(sum(pr * vals[s][kv] for pr, s in zip(probs, seen)))
+            attn = w[p + "attn_output.weight"] @ np.concatenate(heads)
+            x = x + _rmsnorm(attn, w[p + "post_attention_norm.weight"], m.eps)
+            h = _rmsnorm(x, w[p + "ffn_norm.weight"], m.eps)
+            act = _gelu_ggml(w[p + "ffn_gate.weight"] @ h) * (w[p + "ffn_up.weight"] @ h)
+            ffn = w[p + "ffn_down.weight"] @ act
+            new_xs.append(x + _rmsnorm(ffn, w[p + "post_ffw_norm.weight"], m.eps))
+        xs = new_xs
+    out = np.stack([w["output.weight"] @ _rmsnorm(x, w["output_norm.weight"], m.eps) for x in xs])
+    return m.softcap * np.tanh(out / m.softcap) if m.softcap else out

@@ -1,5 +1,6 @@
-"""llama's optional tensors (biases, fused ``attn_qkv``, ``rope_freqs``) and the ``qwen2``
-architecture, on the suite's own random-weight F32 fixtures (``ARCH_FIXTURES``).
+"""llama's optional tensors (biases, fused ``attn_qkv``, ``rope_freqs``) and the ``qwen2``,
+``qwen2vl`` and ``gemma3`` architectures, on the suite's own random-weight F32 fixtures
+(``ARCH_FIXTURES``).
 
 Each variant is checked against the float64 oracle (which reads the optional tensors from their
 definitions), against the peer (llama.cpp by default: prompt logits, cached greedy decode steps
@@ -24,23 +25,37 @@ from conformance.model import oracle
 from conformance.model.test_forward import PROMPTS
 
 # What each fixture shows: llama's biases (and the same weights as one fused attn_qkv), llama 3
-# rope factors, qwen2.
+# rope factors, qwen2, qwen2vl (M-RoPE: a token's one position on every plane; embedding
+# batches with distinct planes are in test_qwen2vl.py), gemma3 (its layer, and its
+# sliding-window layers through the iSWA memory: the 18-token prompts outgrow the 8-position
+# window).
 VARIANTS = {
     "llama_bias": ("GGUF-044",),
     "llama_qkv": ("GGUF-044",),
     "llama3_rope": ("GGUF-047",),
     "qwen2": ("GGUF-046",),
+    "qwen2vl": ("GGUF-051",),
+    "gemma3": ("GGUF-049",),
 }
 assert set(VARIANTS) == set(ARCH_FIXTURES)
+# The capability an architecture other than llama needs (an engine without it skips).
+ARCH_CAPABILITY = {"gemma3": "model.arch.gemma3", "qwen2vl": "model.arch.qwen2vl"}
+# What a fixture's decode tests show besides: gemma3's sliding-window layers decode through
+# the iSWA memory.
+DECODE_INVARIANTS = {"gemma3": ("DEC-065",)}
 NMSE_BAR = 1e-6  # F32 weights, F32 K/V: both engines compute the same float32 function
 N_STEPS = 10  # cached decode steps after the prompt
 
 
-def _params(names: list[str] | None = None) -> list[Any]:
-    return [
-        pytest.param(n, id=n, marks=pytest.mark.invariant(*VARIANTS[n]))
-        for n in (names or list(VARIANTS))
-    ]
+def _params(names: list[str] | None = None, decode: bool = False) -> list[Any]:
+    out = []
+    for n in names or list(VARIANTS):
+        extra = DECODE_INVARIANTS.get(n, ()) if decode else ()
+        marks = [pytest.mark.invariant(*VARIANTS[n], *extra)]
+        if n in ARCH_CAPABILITY:
+            marks.append(pytest.mark.requires(ARCH_CAPABILITY[n]))
+        out.append(pytest.param(n, id=n, marks=marks))
+    return out
 
 
 @pytest.mark.requires("model.load", "model.forward")
@@ -87,7 +102,7 @@ def _step_both(ours: Any, theirs: Any, b: Any, what: str) -> np.ndarray:
 
 
 @pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype")
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", _params(decode=True))
 def test_prompt_and_decode_steps_match_peer(name: str, target: Any, peer: Any) -> None:
     ours, theirs = _context(target, name), _context(peer, name)
     prompt = PROMPTS["long"]
@@ -100,7 +115,7 @@ def test_prompt_and_decode_steps_match_peer(name: str, target: Any, peer: Any) -
 
 
 @pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype")
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", _params(decode=True))
 def test_multi_sequence_batch_matches_peer(name: str, target: Any, peer: Any) -> None:
     ours, theirs = _context(target, name), _context(peer, name)
     # three 6-token prompts interleaved in one batch, then 8 steps of one token per sequence
@@ -116,7 +131,7 @@ def test_multi_sequence_batch_matches_peer(name: str, target: Any, peer: Any) ->
 
 
 @pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype", "decoder.shift")
-@pytest.mark.parametrize("name", _params(["llama3_rope", "qwen2"]))
+@pytest.mark.parametrize("name", _params(["llama3_rope", "qwen2", "gemma3"], decode=True))
 def test_k_shift_matches_peer(name: str, target: Any, peer: Any) -> None:
     # drop positions 4..7, shift 8..17 down by 4 (the K-shift re-rotates cached keys with the
     # architecture's RoPE, factors included), then greedy steps from position 14

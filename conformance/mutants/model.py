@@ -367,6 +367,109 @@ def _bias_length_n_embd(target: Any) -> Any:
     return target
 
 
+def _swa_window_one_longer(target: Any) -> Any:
+    # The sliding window keeps one key too many: masked only when p1 - p0 > n_swa.
+    import reference_impl.kv.swa as swa
+
+    def is_masked_swa_array(n_swa: int, swa_type: int, p0: Any, p1: Any) -> np.ndarray:
+        p0, p1 = np.asarray(p0), np.asarray(p1)
+        if swa_type == swa.SWAType.NONE:
+            return np.zeros(np.broadcast(p0, p1).shape, dtype=bool)
+        return np.asarray((p1 - p0) > n_swa)
+
+    replace(swa.__name__, "is_masked_swa_array", is_masked_swa_array)
+    return target
+
+
+def _swa_layers_global_rope_base(target: Any) -> Any:
+    # The sliding-window layers rotate with the model's rope.freq_base instead of their own.
+    import reference_impl.model.gemma3 as gemma3
+    import reference_impl.model.llama as llama
+
+    def sliding_rope(hp: Any) -> Any:
+        return llama.RopeCache(hp.n_rot, hp.rope_freq_base) if hp.has_swa else None
+
+    replace(llama.__name__, "sliding_rope", sliding_rope)
+    replace(gemma3.__name__, "sliding_rope", sliding_rope)
+    return target
+
+
+def _gemma3_post_norms_skipped(target: Any) -> Any:
+    # The RMSNorms after the attention and after the FFN are skipped.
+    import reference_impl.model.gemma3 as gemma3
+
+    replace(gemma3.__name__, "post_norm", lambda x, weight, eps: x)
+    return target
+
+
+def _gemma3_embeddings_unscaled(target: Any) -> Any:
+    # Token embeddings are not multiplied by sqrt(n_embd).
+    import reference_impl.model.gemma3 as gemma3
+
+    replace(gemma3.__name__, "embed_scale", lambda hp: 1.0)
+    return target
+
+
+def _swa_pattern_key_ignored(target: Any) -> Any:
+    # attention.sliding_window_pattern is ignored: the sliding layers are always il % 6 < 5.
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.gemma3_hparams
+
+    def gemma3_hparams(meta: Any, hp: Any) -> Any:
+        fields = dict(meta.fields)
+        fields.pop(f"{hp.arch}.attention.sliding_window_pattern", None)
+        meta.fields = fields
+        return original(meta, hp)
+
+    replace(loader.__name__, "gemma3_hparams", gemma3_hparams)
+    return target
+
+
+def _iswa_sliding_layers_on_base_cache(target: Any) -> Any:
+    # The sliding-window layers keep their K/V in the iSWA memory's full cache and attend
+    # through its mask (no window) instead of the window cache's.
+    import reference_impl.decoder.ubatch_executor as executor
+
+    def attention_caches(memory: Any, mctx: Any) -> list[tuple[Any, Any]]:
+        if getattr(memory, "kind", "kv") == "iswa":
+            return [(memory.base, mctx.base), (memory.base, mctx.base)]
+        return [(memory, mctx)]
+
+    replace(executor.__name__, "attention_caches", attention_caches)
+    return target
+
+
+def _mrope_height_width_swapped(target: Any) -> Any:
+    # M-RoPE pairs of the height section turn by the width position and vice versa.
+    import reference_impl.model.llama as llama
+
+    original = llama.mrope_planes
+
+    def mrope_planes(sections: Any, n_pairs: int) -> np.ndarray:
+        planes = original(sections, n_pairs)
+        return np.where(planes == 1, 2, np.where(planes == 2, 1, planes))
+
+    replace(llama.__name__, "mrope_planes", mrope_planes)
+    return target
+
+
+def _qwen2vl_epsilon_read(target: Any) -> Any:
+    # qwen2vl's RMSNorms use the file's epsilon (llama.cpp 0.3.36 runs them with 0).
+    import dataclasses
+
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.mrope_hparams
+
+    def mrope_hparams(meta: Any, hp: Any) -> Any:
+        eps = meta.get_float(f"{hp.arch}.attention.layer_norm_rms_epsilon", 0.0)
+        return dataclasses.replace(original(meta, hp), rms_eps=eps)
+
+    replace(loader.__name__, "mrope_hparams", mrope_hparams)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "model-k-bias-ignored",
@@ -546,6 +649,69 @@ MUTANTS = [
         "exceptions of the GGUF reader on a corrupt file escape untyped",
         kills=("GGUF-045",),
         apply=_reader_errors_untyped,
+    ),
+    Mutant(
+        "model-swa-window-one-longer",
+        "model",
+        "the sliding window hides a key only when p_query - p_key > n_swa (one key too many)",
+        kills=("GGUF-049", "DEC-065"),
+        apply=_swa_window_one_longer,
+        black_box=True,
+    ),
+    Mutant(
+        "model-swa-layers-global-rope-base",
+        "model",
+        "gemma3's sliding-window layers rotate with rope.freq_base instead of 10000",
+        kills=("GGUF-049",),
+        apply=_swa_layers_global_rope_base,
+        black_box=True,
+    ),
+    Mutant(
+        "model-gemma3-post-norms-skipped",
+        "model",
+        "gemma3's post-attention and post-FFN RMSNorms are skipped",
+        kills=("GGUF-049",),
+        apply=_gemma3_post_norms_skipped,
+        black_box=True,
+    ),
+    Mutant(
+        "model-gemma3-embeddings-unscaled",
+        "model",
+        "gemma3's token embeddings are not multiplied by sqrt(n_embd)",
+        kills=("GGUF-049",),
+        apply=_gemma3_embeddings_unscaled,
+        black_box=True,
+    ),
+    Mutant(
+        "model-swa-pattern-key-ignored",
+        "model",
+        "attention.sliding_window_pattern is ignored (the sliding layers are always il % 6 < 5)",
+        kills=("GGUF-050",),
+        apply=_swa_pattern_key_ignored,
+    ),
+    Mutant(
+        "model-iswa-sliding-layers-on-base-cache",
+        "model",
+        "the sliding-window layers keep K/V in the iSWA memory's full cache, without the window",
+        kills=("DEC-065",),
+        apply=_iswa_sliding_layers_on_base_cache,
+        black_box=True,
+    ),
+    Mutant(
+        "model-mrope-height-width-swapped",
+        "model",
+        "M-RoPE pairs of the height section turn by the width position and vice versa",
+        kills=("GGUF-051",),
+        apply=_mrope_height_width_swapped,
+        black_box=True,
+    ),
+    Mutant(
+        "model-qwen2vl-epsilon-read",
+        "model",
+        "qwen2vl's RMSNorms use the file's epsilon instead of llama.cpp 0.3.36's 0",
+        kills=("GGUF-051",),
+        apply=_qwen2vl_epsilon_read,
+        black_box=True,
     ),
     Mutant(
         "gguf-rope-dims-key-ignored",

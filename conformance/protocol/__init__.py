@@ -42,6 +42,8 @@ BLACK_BOX: frozenset[str] = frozenset(
         "model.forward",
         "model.vocab_only",
         "model.check_tensors",
+        "model.arch.gemma3",
+        "model.arch.qwen2vl",
         "tokenizer.tokenize",
         "tokenizer.vocab_only",
         "decoder.params",

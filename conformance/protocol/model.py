@@ -73,6 +73,20 @@ class Errors(LoadsModels, Protocol):
     ``code`` (``GGUF_*``, ``MODEL_*``) and ``field`` / ``index`` attributes."""
 
 
+class Gemma3(LoadsModels, Protocol):
+    """The ``gemma3`` architecture (spec/model.md GGUF-049, GGUF-050): its files load, and
+    ``forward_logits`` and the decode contexts of such a model compute gemma3's graph, with
+    interleaved sliding-window attention (spec/decoder.md DEC-065). An engine without it skips
+    the gemma3 checks."""
+
+
+class Qwen2VL(LoadsModels, Protocol):
+    """The ``qwen2vl`` architecture (spec/model.md GGUF-051): M-RoPE with 4 positions per
+    token (``n_pos_per_embd`` 4). Its files load, ``forward_logits`` computes its graph, and
+    the decode contexts of such a model take batches with 4 position planes (the M-RoPE cases
+    of the batch corpus). An engine without it skips those checks."""
+
+
 CAPABILITIES = (
     capability("model.load", LoadsModels, "load a GGUF file and report its sizes"),
     capability("model.forward", Forward, "full-sequence logits of one token sequence"),
@@ -80,4 +94,14 @@ CAPABILITIES = (
     capability("model.errors", Errors, "load failures as typed errors with the spec's codes"),
     capability("model.vocab_only", VocabOnly, "load only the vocabulary, no tensor"),
     capability("model.check_tensors", CheckTensors, "load refusing NaN/Inf tensor data"),
+    capability(
+        "model.arch.gemma3",
+        Gemma3,
+        "gemma3 models: interleaved sliding-window attention, per-head Q/K norms, post-norms",
+    ),
+    capability(
+        "model.arch.qwen2vl",
+        Qwen2VL,
+        "qwen2vl models: M-RoPE, 4 positions per token",
+    ),
 )

@@ -95,19 +95,7 @@ class Context:
         if params.n_threads is not None:
             set_threads(params.n_threads)
         hp, cp = model.hparams, self.cparams
-        self.memory = make_memory(
-            "kv",
-            KVCacheConfig(
-                kv_size=cp.n_ctx_seq,
-                n_seq_max=cp.n_seq_max,
-                unified=cp.kv_unified,
-                n_layer=hp.n_layer,
-                n_head_kv=hp.n_head_kv,
-                head_dim=hp.head_dim,
-                dtype=params.kv_dtype,
-            ),
-            k_shift_fn=self._k_shift,
-        )
+        self.memory = self._make_memory()
         self.coordinator = MemoryCoordinator(self.memory)
         self.outputs = OutputBuffers(
             n_vocab=hp.n_vocab,
@@ -417,7 +405,11 @@ class Context:
     def _run_sanitizer(self, batch: Batch, **options: Any) -> SanitizedBatch:
         try:
             return batch_sanitize.sanitize(
-                batch, n_vocab=self.model.n_vocab, n_seq_max=self.cparams.n_seq_max, **options
+                batch,
+                n_vocab=self.model.n_vocab,
+                n_seq_max=self.cparams.n_seq_max,
+                n_pos_per_embd=self.model.hparams.n_pos_per_embd,  # 4 with M-RoPE
+                **options,
             )
         except BatchError as err:
             raise _StepFailed(-1, err) from err
@@ -607,12 +599,40 @@ class Context:
     @implements("DEC-037", "DEC-053", "DEC-054")
     def _k_shift(self, layer: int, k: torch.Tensor, shift: torch.Tensor) -> None:
         """The memory update's K-shift: re-rotate the cached keys of every stream by their
-        accumulated position delta."""
+        accumulated position delta (with the layer's RoPE base)."""
         for st in range(k.shape[0]):
             if bool(shift[st].any()):
-                k[st].copy_(self.model.rope_shift(k[st], shift[st].to(torch.long)).to(k.dtype))
+                shifted = self.model.rope_shift(k[st], shift[st].to(torch.long), layer)
+                k[st].copy_(shifted.to(k.dtype))
 
     # ================================================================== construction
+
+    @implements("DEC-065")
+    def _make_memory(self) -> Any:
+        """llama.cpp's ``create_memory``: a model with sliding-window layers gets the iSWA
+        memory (a full cache for the global layers, a windowed one for the sliding layers,
+        ``swa_full`` sizing the latter); any other model one KV cache."""
+        hp, cp, params = self.model.hparams, self.cparams, self.params
+        config = KVCacheConfig(
+            kv_size=cp.n_ctx_seq,
+            n_seq_max=cp.n_seq_max,
+            unified=cp.kv_unified,
+            n_layer=hp.n_layer,
+            n_head_kv=hp.n_head_kv,
+            head_dim=hp.head_dim,
+            dtype=params.kv_dtype,
+            n_pos_per_embd=hp.n_pos_per_embd,  # M-RoPE: 2-D cells, no K-shift
+        )
+        if not hp.has_swa:
+            return make_memory("kv", config, k_shift_fn=self._k_shift)
+        config = dataclasses.replace(config, n_swa=hp.n_swa, swa_type=hp.swa_type)
+        return make_memory(
+            "iswa",
+            config,
+            n_ubatch=cp.n_ubatch,
+            swa_full=params.swa_full,
+            k_shift_fn=self._k_shift,
+        )
 
     @implements("DEC-059", "OUT-028")
     def _check_params(self) -> None:
@@ -663,7 +683,7 @@ class Context:
                     "n_seq_tokens": ub.n_seq_tokens,
                     "n_seqs": ub.n_seqs,
                     "n_outputs": n_outputs,
-                    "n_kv": self.memory.kv_size,
+                    "n_kv": getattr(self.memory, "base", self.memory).kv_size,
                 }
             )
 
@@ -701,7 +721,9 @@ class Context:
         step = None
         if self.params.attention_backend != "torch":
             why = f"attention backend {self.params.attention_backend!r}"
-        elif not isinstance(self.memory, KVCache) or self.memory.config.dtype != torch.float32:
+        elif not isinstance(self.memory, KVCache):
+            why = f"{self.memory.kind} memory (the native step reads one KV cache)"
+        elif self.memory.config.dtype != torch.float32:
             why = f"K/V dtype {self.params.kv_dtype} (the native step reads float32)"
         else:
             try:  # raises with the reason when the model or the library cannot serve it

@@ -21,8 +21,16 @@ PlanKey = tuple[object, ...]
 
 
 @implements("DEC-043", "DEC-044")
-def plan_key(ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: bool) -> PlanKey:
+def plan_key(
+    ub: UBatch,
+    n_outputs: int,
+    n_kv: int,
+    n_kv_cols: int,
+    embeddings: bool,
+    swa_shape: tuple[tuple[int, int], ...] = (),
+) -> PlanKey:
     return (
+        swa_shape,  # iSWA: the window cache's (n_kv, columns), as llama.cpp's iswa input
         ub.equal_seqs,
         ub.n_tokens,
         ub.n_seq_tokens,
@@ -40,7 +48,7 @@ def plan_key(ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: 
 @dataclass
 class ComputePlan:
     key: PlanKey
-    positions: torch.Tensor  # int64 [n_tokens]
+    positions: torch.Tensor  # int64 [n_tokens · n_pos] (M-RoPE: n_pos planes)
     output_rows: torch.Tensor  # int64 [n_outputs]
     kq_mask: torch.Tensor  # float32 [n_tokens, n_kv_cols]
 
@@ -56,16 +64,23 @@ class GraphScheduler:
 
     @implements("DEC-043", "DEC-044", "DEC-045")
     def plan_for(
-        self, ub: UBatch, n_outputs: int, n_kv: int, n_kv_cols: int, embeddings: bool
+        self,
+        ub: UBatch,
+        n_outputs: int,
+        n_kv: int,
+        n_kv_cols: int,
+        embeddings: bool,
+        swa_shape: tuple[tuple[int, int], ...] = (),
     ) -> tuple[ComputePlan, bool]:
-        """The plan for this ubatch and whether it was reused."""
-        key = plan_key(ub, n_outputs, n_kv, n_kv_cols, embeddings)
+        """The plan for this ubatch and whether it was reused (``swa_shape``: an iSWA
+        memory's window cache, ``((n_kv, columns),)``)."""
+        key = plan_key(ub, n_outputs, n_kv, n_kv_cols, embeddings, swa_shape)
         if self.reuse and self.plan is not None and self.plan.key == key:
             self.n_reused += 1
             return self.plan, True
         self.plan = ComputePlan(
             key=key,
-            positions=torch.empty(ub.n_tokens, dtype=torch.long),
+            positions=torch.empty(ub.n_tokens * ub.n_pos, dtype=torch.long),
             output_rows=torch.empty(n_outputs, dtype=torch.long),
             kq_mask=torch.empty(ub.n_tokens, n_kv_cols, dtype=torch.float32),
         )

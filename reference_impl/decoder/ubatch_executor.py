@@ -97,8 +97,9 @@ class UBatchExecutor:
         the abort callback says stop; its ``n_outputs`` rows go to output rows ``row0 ...``."""
         if not mctx.apply():
             return failed(ComputeStatus.FAILED, "memory apply failed")
+        first = attention_caches(self.memory, mctx)[0][1]  # iSWA: the base cache's slot
         self.trace.add(
-            "apply", n_tokens=ub.n_tokens, n_kv=mctx.n_kv, cells=mctx.sinfo.token_cells()
+            "apply", n_tokens=ub.n_tokens, n_kv=first.n_kv, cells=first.sinfo.token_cells()
         )
         # checked once per ubatch, after its KV apply: the rollback then covers this ubatch too
         if self.abort_callback is not None and self.abort_callback():
@@ -131,30 +132,40 @@ class UBatchExecutor:
         """The compute plan (reused when the shape allows), its inputs, then the forward; the
         logits of output rows land in output rows ``row0 ...``. Returns the hidden states of
         the output rows (the embeddings' source)."""
-        sinfo, n_kv = mctx.sinfo, mctx.n_kv
-        mask, n_groups = stream_mask(self.memory, ub, n_kv, self.causal_attn)
-        plan, reused = self.scheduler.plan_for(ub, len(rows), n_kv, mask.shape[1], self.embeddings)
+        caches = attention_caches(self.memory, mctx)
+        masks = [stream_mask(cache, ub, bctx.n_kv, self.causal_attn) for cache, bctx in caches]
+        (cache, bctx), (mask, n_groups) = caches[0], masks[0]
+        sinfo, n_kv = bctx.sinfo, bctx.n_kv
+        # an iSWA memory's window cache takes part in the plan's shape (its n_kv and columns)
+        swa_shape = tuple((b.n_kv, m.shape[1]) for (_, b), (m, _) in zip(caches[1:], masks[1:]))
+        plan, reused = self.scheduler.plan_for(
+            ub, len(rows), n_kv, mask.shape[1], self.embeddings, swa_shape
+        )
         self.trace.add("plan", reused=reused)
         if not reused:
             self.trace.add("alloc")
-        plan.positions.copy_(torch.from_numpy(np.asarray(ub.pos[: ub.n_tokens], dtype=np.int64)))
+        n_pos = ub.n_tokens * ub.n_pos  # M-RoPE: every plane of positions
+        plan.positions.copy_(torch.from_numpy(np.asarray(ub.pos[:n_pos], dtype=np.int64)))
         plan.output_rows.copy_(torch.from_numpy(rows))
         plan.kq_mask.copy_(mask)
-        if n_groups == 1:  # skip the padded columns no token attends to
-            n_read = attended_columns(mask)
-            kq_mask = plan.kq_mask[:, :n_read]
-        else:  # block-diagonal over the streams: every group keeps its n_kv columns
-            n_read, kq_mask = n_kv, plan.kq_mask
+        reads = []  # (cache, slot, mask over the columns read, columns read) per cache
+        for (c, b), (m, groups) in zip(caches, masks):
+            m = plan.kq_mask if c is cache else m
+            if groups == 1:  # skip the padded columns no token attends to
+                n_read = attended_columns(m)
+                reads.append(AttentionRead(c, b.sinfo, m[:, :n_read], n_read))
+            else:  # block-diagonal over the streams: every group keeps its n_kv columns
+                reads.append(AttentionRead(c, b.sinfo, m, b.n_kv))
         self.trace.add("bind")
 
         # one token in one stream: the native step, when the context has one and a cell is known
         one_cell = self.native_step is not None and ub.n_tokens == 1 and n_groups == 1
-        cell = self.memory.single_cell(sinfo) if one_cell else None
+        cell = cache.single_cell(sinfo) if one_cell and len(caches) == 1 else None
         if cell is not None:
-            hidden = self._forward_native(ub, cell, kq_mask, row0, n_logits=len(rows))
+            hidden = self._forward_native(ub, cell, reads[0].mask, row0, n_logits=len(rows))
             self.trace.add("compute", n_groups=n_groups, path="native")
             return hidden
-        hidden = self._forward_torch(ub, sinfo, plan, kq_mask, n_read, rows)
+        hidden = self._forward_torch(ub, plan, reads, rows)
         self.trace.add("compute", n_groups=n_groups, path="torch")
         if len(rows):
             self.outputs.logits[row0 : row0 + len(rows)] = self.model.logits_from_hidden(
@@ -164,21 +175,23 @@ class UBatchExecutor:
 
     @implements("PHASE-004")
     def _forward_torch(
-        self,
-        ub: UBatch,
-        sinfo: Any,
-        plan: ComputePlan,
-        kq_mask: torch.Tensor,
-        n_read: int,
-        rows: np.ndarray,
+        self, ub: UBatch, plan: ComputePlan, reads: list[AttentionRead], rows: np.ndarray
     ) -> torch.Tensor:
         """The torch forward of the ubatch; returns the normalized hidden states of its output
-        rows (every row when all are outputs)."""
-        trace, cache = self.trace, self.memory
+        rows (every row when all are outputs). With an iSWA memory (two reads) the model's
+        sliding-window layers write and read the window cache, the others the base cache."""
+        trace = self.trace
+        hp = self.model.hparams
+        by_layer = [reads[-1] if hp.is_swa(il) else reads[0] for il in range(hp.n_layer)]
+        readers = [kv_reader(r.cache, r.sinfo.strm, r.n_read) for r in reads]
+        reader_of = [readers[-1] if hp.is_swa(il) else readers[0] for il in range(hp.n_layer)]
 
         def write(il: int, k: torch.Tensor, v: torch.Tensor) -> None:
             trace.add("kv_write", layer=il)
-            cache.write_kv(il, sinfo, k, v)
+            by_layer[il].cache.write_kv(il, by_layer[il].sinfo, k, v)
+
+        def read(il: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return reader_of[il](il)
 
         return self.model.forward_ubatch(
             # A batch with token ids and embedding rows decodes from the token ids, as llama.cpp
@@ -187,8 +200,9 @@ class UBatchExecutor:
             embd=ub.embd[: ub.n_tokens] if ub.embd is not None and ub.token is None else None,
             positions=plan.positions.numpy(),
             kv_write=write,
-            kv_read=kv_reader(cache, sinfo.strm, n_read),
-            kq_mask=kq_mask,
+            kv_read=read,
+            kq_mask=reads[0].mask,
+            kq_mask_swa=reads[-1].mask if len(reads) > 1 else None,
             # every row an output (as in one-token decode): no row selection at the last layer
             output_rows=plan.output_rows if len(rows) < ub.n_tokens else None,
             return_hidden=True,
@@ -268,6 +282,26 @@ class UBatchExecutor:
         self.outputs.logits[:n] = self.model.logits_from_hidden(hidden).numpy()
         pooled = self._store_embeddings(ub, hidden, 0, n)
         return UBatchResult(ComputeStatus.SUCCESS, n_rows=n, rows=np.arange(n), pooled=pooled)
+
+
+@dataclass(frozen=True)
+class AttentionRead:
+    """One KV cache as a ubatch's forward uses it: its slot, the KQ mask over the columns
+    read, and how many columns (cells) are read."""
+
+    cache: Any
+    sinfo: Any
+    mask: torch.Tensor
+    n_read: int
+
+
+@implements("DEC-065")
+def attention_caches(memory: Any, mctx: Any) -> list[tuple[Any, Any]]:
+    """``[(cache, its batch context)]`` the ubatch's attention reads: one KV cache, or an
+    iSWA memory's base cache then its window cache."""
+    if getattr(memory, "kind", "kv") == "iswa":
+        return [(memory.base, mctx.base), (memory.swa, mctx.swa)]
+    return [(memory, mctx)]
 
 
 @implements("OUT-005")

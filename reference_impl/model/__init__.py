@@ -19,6 +19,7 @@ import torch
 
 from reference_impl.errors import EngineError
 from reference_impl.model import gguf_loader, llama
+from reference_impl.model.gemma3 import Gemma3Forward
 from reference_impl.model.gguf_loader import HParams, ModelWeights
 from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
 from reference_impl.native import NativeDecodeStep
@@ -36,13 +37,18 @@ __all__ = [
 ]
 
 
+# The forward of each architecture that has its own (the others run the llama forward).
+FORWARDS: dict[str, type[llama.LlamaForward]] = {"gemma3": Gemma3Forward}
+
+
 class Model:
-    """A loaded llama model. Build it with :meth:`from_gguf`."""
+    """A loaded llama-family model. Build it with :meth:`from_gguf`."""
 
     def __init__(self, weights: ModelWeights, attention: AttentionFn | None = None) -> None:
         self.weights = weights
         self.hparams: HParams = weights.hparams
-        self.graph = llama.LlamaForward(weights, attention=attention)
+        forward_class = FORWARDS.get(self.hparams.arch, llama.LlamaForward)
+        self.graph = forward_class(weights, attention=attention)
         self.tokenizer = make_tokenizer(weights.vocab) if weights.vocab is not None else None
         self._native: NativeDecodeStep | None = None
 
@@ -153,6 +159,7 @@ class Model:
         output_rows: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         return_hidden: bool = False,
         attention: AttentionFn | None = None,
+        kq_mask_swa: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One cached step; see :meth:`LlamaForward.forward_ubatch` (``attention`` overrides
         the model's attention for this call)."""
@@ -167,6 +174,7 @@ class Model:
             output_rows=output_rows,
             return_hidden=return_hidden,
             attention=attention,
+            kq_mask_swa=kq_mask_swa,
         )
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -183,7 +191,7 @@ class Model:
         return self._native
 
     def rope_shift(
-        self, k: torch.Tensor, delta_positions: Sequence[int] | torch.Tensor
+        self, k: torch.Tensor, delta_positions: Sequence[int] | torch.Tensor, layer: int = 0
     ) -> torch.Tensor:
-        """K-shift: keys re-rotated by per-cell position deltas."""
-        return self.graph.rope_shift(k, delta_positions)
+        """K-shift: keys of ``layer`` re-rotated by per-cell position deltas."""
+        return self.graph.rope_shift(k, delta_positions, layer)

@@ -1,15 +1,23 @@
 """What differs between the llama-family architectures the reference runs.
 
-One forward (:mod:`reference_impl.model.llama`) serves them all; an :class:`ArchSpec` says which
-optional tensors an architecture's files may carry and how RoPE pairs dimensions. Facts from
-llama.cpp ``src/models/llama.cpp`` / ``src/models/qwen2.cpp`` (``load_arch_tensors`` and the
-graph) and ``llama_model_rope_type`` (0.3.36):
+The llama forward (:mod:`reference_impl.model.llama`) serves llama and qwen2; gemma3 has its own
+layer (:mod:`reference_impl.model.gemma3`) on the same building blocks. An :class:`ArchSpec`
+says which optional and extra tensors an architecture's files carry, how RoPE pairs dimensions
+and which layers slide. Facts from llama.cpp ``src/models/llama.cpp`` / ``qwen2.cpp`` /
+``gemma3.cpp`` (``load_arch_tensors`` and the graph), ``llama_model_rope_type`` and
+``llama_hparams::set_swa_pattern`` (0.3.36):
 
 * ``llama``: optional biases on Q, K, V, O and the three FFN matrices, an optional fused
   ``attn_qkv`` (with optional bias) in place of Q/K/V, optional ``rope_freqs`` (llama 3 rope
   factors, one tensor shared by every layer); RoPE in NORM mode (adjacent pairs);
 * ``qwen2``: Q, K and V biases (no O or FFN bias, no fused QKV, no rope factors); RoPE in NEOX
-  mode (pairs ``(x[j], x[j + n_rot/2])``).
+  mode (pairs ``(x[j], x[j + n_rot/2])``);
+* ``qwen2vl``: qwen2's tensors; M-RoPE (NEOX pairs): each token has 4 positions (time,
+  height, width, extra) and pair ``j`` rotates by the position of the section that
+  ``j % sum(sections)`` falls in (``rope.dimension_sections``, 4 counts of pairs);
+* ``gemma3``: no biases; four more RMSNorm weights per layer (Q and K per head, after the
+  attention, after the FFN); NEOX RoPE; interleaved sliding-window attention in a period of 6
+  (layers ``il % 6 < 5`` slide, every 6th is global) with base 10000 for the sliding layers.
 """
 
 from __future__ import annotations
@@ -31,9 +39,19 @@ class ArchSpec:
     biases: tuple[str, ...]  # per-layer tensors whose `.bias` the file may carry
     rope_freqs: bool  # accepts `rope_freqs.weight` (per-pair frequency divisors)
     fused_qkv: bool  # accepts `blk.N.attn_qkv.weight` (+ bias) instead of Q/K/V
+    # required per-layer norm weights beyond attn_norm / ffn_norm (`blk.N.<name>.weight`)
+    layer_norms: tuple[str, ...] = ()
+    swa_period: int = 0  # sliding-window layers: il % period < period - 1 (0: none)
+    rope_freq_base_swa: float = 0.0  # the RoPE base of the sliding-window layers
+    # M-RoPE: 4 positions per token, each rotating the pairs of its `rope.dimension_sections`
+    mrope: bool = False
 
 
-@implements("GGUF-044", "GGUF-046")
+# gemma3's extra norms: per-head Q and K (head_dim values), after attention and FFN (n_embd).
+GEMMA3_NORMS = ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
+
+
+@implements("GGUF-044", "GGUF-046", "GGUF-049", "GGUF-051")
 def _table() -> dict[str, ArchSpec]:
     return {
         "llama": ArchSpec(
@@ -46,7 +64,33 @@ def _table() -> dict[str, ArchSpec]:
             rope_freqs=False,
             fused_qkv=False,
         ),
+        "qwen2vl": ArchSpec(
+            "qwen2vl",
+            rope_neox=True,
+            biases=("attn_q", "attn_k", "attn_v"),
+            rope_freqs=False,
+            fused_qkv=False,
+            mrope=True,
+        ),
+        "gemma3": ArchSpec(
+            "gemma3",
+            rope_neox=True,
+            biases=(),
+            rope_freqs=False,
+            fused_qkv=False,
+            layer_norms=GEMMA3_NORMS,
+            swa_period=6,
+            rope_freq_base_swa=10000.0,
+        ),
     }
+
+
+@implements("GGUF-049")
+def swa_pattern(n_layer: int, period: int) -> tuple[bool, ...]:
+    """Which layers slide: llama.cpp's ``set_swa_pattern(period)`` marks layer ``il`` when
+    ``il % period < period - 1`` (the last layer of each period is global); period 0 marks
+    every layer."""
+    return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
 
 
 ARCHS: dict[str, ArchSpec] = _table()

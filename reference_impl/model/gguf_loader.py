@@ -5,8 +5,9 @@ formats of :mod:`reference_impl.model.dequant`) are dequantized to float32 at lo
 how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` /
 ``load_arch_tensors``):
 
-* ``general.architecture`` must be ``llama`` or ``qwen2`` (:mod:`reference_impl.model.arch`
-  says what differs); ``<arch>.*`` keys below;
+* ``general.architecture`` must be ``llama``, ``qwen2``, ``qwen2vl`` or ``gemma3``
+  (:mod:`reference_impl.model.arch` says what differs; :func:`gemma3_hparams` reads gemma3's
+  sliding-window keys); ``<arch>.*`` keys below;
 * ``llama.embedding_length``, ``llama.block_count``, ``llama.feed_forward_length``,
   ``llama.attention.head_count``, ``llama.context_length`` and
   ``llama.attention.layer_norm_rms_epsilon`` are required; ``head_count_kv`` defaults to
@@ -86,6 +87,26 @@ class HParams:
     n_ctx_train: int
     tied_output: bool
     rope_neox: bool = False  # NEOX RoPE pairs (qwen2) instead of NORM's adjacent pairs
+    # Interleaved sliding-window attention (gemma3; empty / 0 for the others): which layers
+    # attend through the window, its size and type (kv.swa.SWAType), their own RoPE base.
+    swa_layers: tuple[bool, ...] = ()
+    n_swa: int = 0
+    swa_type: int = 0
+    rope_freq_base_swa: float = 0.0
+    attn_scale: float = 0.0  # the Q·K scale when not 1/sqrt(head_dim) (0: the default)
+    logit_softcap: float = 0.0  # final logits -> cap·tanh(logits / cap) (0: none; gemma3)
+    # M-RoPE (qwen2vl): pairs per position section (time, height, width, extra); 4 positions
+    # per token
+    rope_sections: tuple[int, ...] = ()
+    n_pos_per_embd: int = 1
+
+    def is_swa(self, il: int) -> bool:
+        """Whether layer ``il`` attends through the sliding window."""
+        return bool(self.swa_layers) and self.swa_layers[il]
+
+    @property
+    def has_swa(self) -> bool:
+        return any(self.swa_layers)
 
     @property
     def n_embd_q(self) -> int:
@@ -101,7 +122,7 @@ class HParams:
 
     @property
     def kq_scale(self) -> float:
-        return 1.0 / float(np.sqrt(self.head_dim))
+        return self.attn_scale or 1.0 / float(np.sqrt(self.head_dim))
 
 
 @dataclass(frozen=True)
@@ -125,6 +146,12 @@ class LayerWeights:
     ffn_gate_b: torch.Tensor | None = None
     ffn_up_b: torch.Tensor | None = None
     ffn_down_b: torch.Tensor | None = None
+    # gemma3's extra norms (None for the others): per-head RMSNorm weights of Q and K
+    # ``[head_dim]``, and the RMSNorms after the attention and after the FFN ``[n_embd]``.
+    attn_q_norm: torch.Tensor | None = None
+    attn_k_norm: torch.Tensor | None = None
+    attn_post_norm: torch.Tensor | None = None
+    ffn_post_norm: torch.Tensor | None = None
 
     @property
     def has_bias(self) -> bool:
@@ -181,6 +208,10 @@ _LAYER_TENSORS = {
     "ffn_gate": "ffn_gate",
     "ffn_up": "ffn_up",
     "ffn_down": "ffn_down",
+    "attn_q_norm": "attn_q_norm",
+    "attn_k_norm": "attn_k_norm",
+    "post_attention_norm": "attn_post_norm",
+    "post_ffw_norm": "ffn_post_norm",
 }
 
 _BIAS_ATTRS = {
@@ -317,7 +348,10 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
     n_head = meta.get_int(f"{a}.attention.head_count")
     n_head_kv = meta.get_int(f"{a}.attention.head_count_kv", n_head)
     n_ctx_train = meta.get_int(f"{a}.context_length")
-    rms_eps = meta.get_float(f"{a}.attention.layer_norm_rms_epsilon")
+    # qwen2vl (llama.cpp 0.3.36) does not read the epsilon: see mrope_hparams
+    rms_eps = meta.get_float(
+        f"{a}.attention.layer_norm_rms_epsilon", 0.0 if ARCHS[arch].mrope else None
+    )
     freq_base = meta.get_float(f"{a}.rope.freq_base", 10000.0)
     for key, val in (
         (f"{a}.embedding_length", n_embd),
@@ -371,7 +405,7 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
             f"rope scaling {scaling!r} is not supported",
             f"{a}.rope.scaling.type",
         )
-    if meta.get_float(f"{a}.attention.scale", 0.0) != 0.0:
+    if not ARCHS[arch].swa_period and meta.get_float(f"{a}.attention.scale", 0.0) != 0.0:
         raise _err(
             "GGUF_UNSUPPORTED_FEATURE",
             "a custom attention scale is not supported",
@@ -397,7 +431,91 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
         tied_output="output.weight" not in tensor_names,
         rope_neox=ARCHS[arch].rope_neox,
     )
+    if ARCHS[arch].swa_period:
+        hp = gemma3_hparams(meta, hp)
+    if ARCHS[arch].mrope:
+        hp = mrope_hparams(meta, hp)
     return hp, vocab
+
+
+@implements("GGUF-051")
+def mrope_hparams(meta: _Meta, hp: HParams) -> HParams:
+    """M-RoPE (qwen2vl): ``rope.dimension_sections`` is required, 4 pair counts whose sum is
+    positive (llama.cpp's rope cache takes each pair's section modulo that sum); a model with
+    it reads 4 positions per token. llama.cpp 0.3.36's qwen2vl loader never reads
+    ``attention.layer_norm_rms_epsilon``, so its RMSNorms run with epsilon 0 (measured: the
+    key's value, or its absence, does not change the peer's logits); the reference follows."""
+    from dataclasses import replace
+
+    key = f"{hp.arch}.rope.dimension_sections"
+    sections = meta.get_array(key, _INT_TYPES)
+    if sections is None:
+        raise _err("GGUF_MISSING_KEY", f"required key {key!r} is missing", key)
+    if len(sections) != 4 or min(sections) < 0 or sum(sections) <= 0:
+        raise _err(
+            "GGUF_INVALID_HPARAM",
+            f"{key} must be 4 non-negative pair counts with a positive sum, got {sections}",
+            key,
+        )
+    return replace(hp, rope_sections=tuple(int(x) for x in sections), n_pos_per_embd=4, rms_eps=0.0)
+
+
+# llama.cpp's gemma3 size by layer count: the 27B model (62 layers) scales Q·K by
+# 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim).
+_GEMMA3_27B_LAYERS = 62
+
+
+@implements("GGUF-049", "GGUF-050")
+def gemma3_hparams(meta: _Meta, hp: HParams) -> HParams:
+    """gemma3's hyperparameters beyond llama's, as llama.cpp 0.3.36 reads them: a positive
+    ``attention.sliding_window`` turns on STANDARD sliding-window attention for the layers of
+    ``attention.sliding_window_pattern`` (a period, default 6, or one flag per layer), whose
+    RoPE base is ``rope.freq_base_swa`` (default 10000); without it (or 0) every layer is
+    global. ``final_logit_softcapping`` (optional) caps the logits; ``attention.scale`` is not
+    read. A window or pattern that cannot be used is refused naming its key."""
+    from dataclasses import replace
+
+    from reference_impl.kv.swa import SWAType
+    from reference_impl.model.arch import swa_pattern
+
+    a = hp.arch
+    spec = ARCHS[a]
+    changes: dict[str, Any] = {
+        "logit_softcap": meta.get_float(f"{a}.final_logit_softcapping", 0.0),
+        "attn_scale": (
+            1.0 / float(np.sqrt(hp.n_embd // hp.n_head))
+            if hp.n_layer == _GEMMA3_27B_LAYERS
+            else 0.0
+        ),
+    }
+    key = f"{a}.attention.sliding_window"
+    n_swa = meta.get_int(key, 0)
+    if n_swa < 0:
+        raise _err("GGUF_INVALID_HPARAM", f"{key} must be >= 0, got {n_swa}", key)
+    if n_swa > 0:
+        pkey = f"{a}.attention.sliding_window_pattern"
+        field = meta.fields.get(pkey)
+        if field is not None and field.types and field.types[0].name == "ARRAY":
+            flags = meta.get_array(pkey, (*_INT_TYPES, "BOOL")) or []
+            if len(flags) != hp.n_layer:
+                raise _err(
+                    "GGUF_INVALID_HPARAM",
+                    f"{pkey} has {len(flags)} values, expected one per layer ({hp.n_layer})",
+                    pkey,
+                )
+            layers = tuple(bool(f) for f in flags)
+        else:
+            period = meta.get_int(pkey, spec.swa_period)
+            layers = swa_pattern(hp.n_layer, period)
+        if not any(layers):  # llama.cpp asserts is_swa_any() here (an abort)
+            raise _err("GGUF_INVALID_HPARAM", f"{key} is set but {pkey} makes no layer slide", pkey)
+        changes.update(
+            swa_layers=layers,
+            n_swa=n_swa,
+            swa_type=int(SWAType.STANDARD),
+            rope_freq_base_swa=meta.get_float(f"{a}.rope.freq_base_swa", spec.rope_freq_base_swa),
+        )
+    return replace(hp, **changes)
 
 
 # -- tensors ----------------------------------------------------------------------------------
@@ -423,6 +541,9 @@ def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
         shapes[p + "ffn_gate.weight"] = (hp.n_embd, hp.n_ff)
         shapes[p + "ffn_up.weight"] = (hp.n_embd, hp.n_ff)
         shapes[p + "ffn_down.weight"] = (hp.n_ff, hp.n_embd)
+        for norm in ARCHS[hp.arch].layer_norms:  # gemma3: per-head Q/K norms and post-norms
+            size = hp.head_dim if norm in ("attn_q_norm", "attn_k_norm") else hp.n_embd
+            shapes[p + norm + ".weight"] = (size,)
     return shapes
 
 

@@ -201,6 +201,41 @@ def causal_mask(n_tokens: int, dtype: torch.dtype = torch.float32) -> torch.Tens
     return torch.full((n_tokens, n_tokens), float("-inf"), dtype=dtype).triu_(1)
 
 
+@implements("GGUF-049")
+def sliding_causal_mask(n_tokens: int, n_swa: int, swa_type: int) -> torch.Tensor:
+    """The causal mask of a sliding-window layer over positions ``0..n-1``: a key is also
+    hidden when the window rule (``kv.swa``) masks it for the query."""
+    from reference_impl.kv.swa import is_masked_swa_array
+
+    pos = np.arange(n_tokens)
+    hidden = is_masked_swa_array(n_swa, swa_type, pos[None, :], pos[:, None])
+    mask = causal_mask(n_tokens)
+    mask[torch.from_numpy(np.asarray(hidden))] = float("-inf")
+    return mask
+
+
+@implements("GGUF-051")
+def mrope_planes(sections: Sequence[int], n_pairs: int) -> np.ndarray:
+    """M-RoPE: the position plane (0 time, 1 height, 2 width, 3 extra) that rotates each of
+    ``n_pairs`` pairs: pair ``j`` falls in section ``j % sum(sections)`` (ggml's
+    ``ggml_mrope_cache_init``)."""
+    bounds = np.cumsum(np.asarray(sections, dtype=np.int64))
+    sector = np.arange(n_pairs) % int(bounds[-1])
+    return np.searchsorted(bounds, sector, side="right").astype(np.int64)
+
+
+def position_rotations(rope: RopeCache, positions: np.ndarray, hp: HParams) -> torch.Tensor:
+    """The rotations ``[n, 1, n_rot/2]`` of ``n`` tokens. With M-RoPE ``positions`` holds
+    ``n_pos_per_embd`` planes of ``n`` (plane-major) and pair ``j`` takes the angle of its
+    section's plane; otherwise one position per token."""
+    if hp.n_pos_per_embd == 1:
+        return rope.rotations(positions)
+    planes = np.asarray(positions, dtype=np.int64).reshape(hp.n_pos_per_embd, -1)
+    per_plane = torch.stack([rope.rotations(p) for p in planes], dim=-1)  # [n, 1, pairs, 4]
+    plane_of = torch.from_numpy(mrope_planes(hp.rope_sections, per_plane.shape[2]))
+    return per_plane[:, :, torch.arange(plane_of.numel()), plane_of]
+
+
 class RopeCache:
     """Complex rotations ``cos + i·sin`` per position, grown on demand (positions >= 0)."""
 
@@ -287,6 +322,11 @@ class LlamaForward:
         self.rope_freqs = weights.rope_freqs
         factors = None if weights.rope_freqs is None else weights.rope_freqs.numpy()
         self.rope = RopeCache(hp.n_rot, hp.rope_freq_base, freq_factors=factors)
+        self.rope_swa = sliding_rope(hp)
+
+    def rope_for_layer(self, il: int) -> RopeCache:
+        """The rotations of layer ``il``: the sliding-window layers' base, or the model's."""
+        return self.rope_swa if self.rope_swa is not None and self.hparams.is_swa(il) else self.rope
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -323,7 +363,7 @@ class LlamaForward:
         states for ``output_rows`` (all rows when None)."""
         hp = self.hparams
         n = x.shape[0]
-        rot = self.rope.rotations(positions)
+        rot = position_rotations(self.rope, positions, hp)
         eps = hp.rms_eps
         n_head, n_head_kv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
         n_qk = n_head + n_head_kv  # Q and K heads (RoPE), then V's n_head_kv
@@ -379,18 +419,22 @@ class LlamaForward:
     ) -> torch.Tensor:
         """Full-sequence forward: tokens at positions ``0..n-1``, causal attention, no cache.
         Returns logits ``[n_rows, n_vocab]`` for ``output_rows`` (default: every token)."""
+        hp = self.hparams
         x = self.embed(tokens)
         n = x.shape[0]
         mask = causal_mask(n)
-        scale = self.hparams.kq_scale
+        mask_swa = sliding_causal_mask(n, hp.n_swa, hp.swa_type) if hp.has_swa else mask
+        scale = hp.kq_scale
 
         def attend(il: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return self.attention(q, k, v, mask, scale)
+            return self.attention(q, k, v, mask_swa if hp.is_swa(il) else mask, scale)
 
         rows = None
         if output_rows is not None:
             rows = torch.as_tensor(np.asarray(output_rows, dtype=np.int64).reshape(-1))
-        hidden = self._run(x, np.arange(n, dtype=np.int64), attend, rows)
+        # a text token's position on every M-RoPE plane, as llama.cpp broadcasts it
+        positions = np.tile(np.arange(n, dtype=np.int64), hp.n_pos_per_embd)
+        hidden = self._run(x, positions, attend, rows)
         return self.logits_from_hidden(hidden)
 
     @implements("DEC-055", "DEC-056", "PHASE-004", "PHASE-012", "PHASE-015", "PHASE-017")
@@ -407,11 +451,13 @@ class LlamaForward:
         output_rows: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         return_hidden: bool = False,
         attention: AttentionFn | None = None,
+        kq_mask_swa: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One cached decoder step over a ubatch of ``n_tokens`` tokens.
 
         * ``tokens [n_tokens]`` or ``embd [n_tokens, n_embd]`` (exactly one);
-        * ``positions [n_tokens]``: RoPE positions of the tokens;
+        * ``positions [n_tokens]``: RoPE positions of the tokens (M-RoPE:
+          ``[n_pos_per_embd · n_tokens]``, one plane after the other);
         * ``kv_write(il, k, v)``: store this ubatch's roped K and V (``[n_tokens, n_head_kv,
           head_dim]`` float32 views, valid only during the call: copy them) for layer ``il``
           into the caller's cache cells;
@@ -419,6 +465,8 @@ class LlamaForward:
           tensors (after the write; any strides, e.g. views of one stream of a
           ``[n_stream, kv_size, n_head_kv, head_dim]`` cache), which ``kq_mask [n_tokens, n_kv]``
           (additive, 0 / -inf) indexes;
+        * ``kq_mask_swa``: the mask of the sliding-window layers (over the columns their
+          ``kv_read`` returns), required when the model has such layers;
         * ``output_rows``: ubatch rows to return (default: all).
 
         Returns logits ``[n_rows, n_vocab]``, or the final normalized hidden states
@@ -439,19 +487,30 @@ class LlamaForward:
                 )
         pos = np.asarray(positions, dtype=np.int64)
         n = x.shape[0]
-        if pos.shape != (n,):
-            raise BatchError("MODEL_INPUT", f"positions must be [{n}]", field="pos")
+        n_pos = self.hparams.n_pos_per_embd
+        if pos.shape != (n * n_pos,):  # M-RoPE: n_pos_per_embd planes of n, plane-major
+            raise BatchError("MODEL_INPUT", f"positions must be [{n * n_pos}]", field="pos")
         if kq_mask.ndim != 2 or kq_mask.shape[0] != n:
             raise BatchError("MODEL_INPUT", f"kq_mask must be [{n}, n_kv]", field="kq_mask")
-        scale = self.hparams.kq_scale
-        mask = kq_mask if kq_mask.dtype == torch.float32 else kq_mask.to(torch.float32)
+        hp = self.hparams
+        if hp.has_swa and (
+            kq_mask_swa is None or kq_mask_swa.ndim != 2 or kq_mask_swa.shape[0] != n
+        ):
+            raise BatchError(
+                "MODEL_INPUT",
+                f"this model has sliding-window layers: kq_mask_swa must be [{n}, n_kv_swa]",
+                field="kq_mask_swa",
+            )
+        scale = hp.kq_scale
+        mask = kq_mask.to(torch.float32)
+        mask_swa = mask if kq_mask_swa is None else kq_mask_swa.to(torch.float32)
 
         attn = attention if attention is not None else self.attention
 
         def attend(il: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kv_write(il, k, v)
             k_all, v_all = kv_read(il)
-            return attn(q, k_all, v_all, mask, scale)
+            return attn(q, k_all, v_all, mask_swa if hp.is_swa(il) else mask, scale)
 
         rows = None
         if output_rows is not None:
@@ -462,15 +521,27 @@ class LlamaForward:
     @implements("DEC-037", "DEC-053", "DEC-054")
     @torch.inference_mode()
     def rope_shift(
-        self, k: torch.Tensor, delta_positions: torch.Tensor | Sequence[int] | np.ndarray
+        self,
+        k: torch.Tensor,
+        delta_positions: torch.Tensor | Sequence[int] | np.ndarray,
+        layer: int = 0,
     ) -> torch.Tensor:
-        """Re-rotate cached keys ``k [n_cells, n_head_kv, head_dim]`` by a per-cell position
-        delta, like llama.cpp's K-shift (``rope_ext`` with the shift as the position).
-        Returns a new tensor; the caller writes it back into its cache."""
+        """Re-rotate cached keys ``k [n_cells, n_head_kv, head_dim]`` of ``layer`` by a
+        per-cell position delta, like llama.cpp's K-shift (``rope_ext`` with the shift as the
+        position, and the layer's RoPE base). Returns a new tensor; the caller writes it back
+        into its cache."""
         d = np.asarray(delta_positions, dtype=np.int64)
         if d.shape != (k.shape[0],):
             raise BatchError(
                 "MODEL_INPUT", f"delta_positions must be [{k.shape[0]}]", field="delta"
             )
         rope = rope_function(self.hparams)
-        return rope(k.to(torch.float32, copy=True), self.rope.rotations(d))
+        return rope(k.to(torch.float32, copy=True), self.rope_for_layer(layer).rotations(d))
+
+
+@implements("GGUF-049")
+def sliding_rope(hp: HParams) -> RopeCache | None:
+    """The rotations of the sliding-window layers (their own base), or None without them."""
+    if not hp.has_swa:
+        return None
+    return RopeCache(hp.n_rot, hp.rope_freq_base_swa)

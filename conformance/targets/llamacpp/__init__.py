@@ -40,6 +40,8 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
             "model.forward",
             "model.vocab_only",
             "model.check_tensors",
+            "model.arch.gemma3",
+            "model.arch.qwen2vl",
             "tokenizer.tokenize",
             "tokenizer.vocab_only",
             "decoder.params",

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
         _o2: model.Forward = t
         _o3: model.VocabOnly = t
         _o4: model.CheckTensors = t
+        _o5: model.Gemma3 = t
+        _o6: model.Qwen2VL = t
         _t1: tokenizer.Tokenize = t
         _t2: tokenizer.LoadsVocab = t
         _d1: decoder.Params = t

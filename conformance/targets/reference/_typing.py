@@ -100,6 +100,8 @@ if TYPE_CHECKING:
         _o4: model.Errors = t
         _o5: model.VocabOnly = t
         _o6: model.CheckTensors = t
+        _o7: model.Gemma3 = t
+        _o8: model.Qwen2VL = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
         _s3: sampling.InputChecks = t
