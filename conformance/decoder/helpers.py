@@ -58,3 +58,35 @@ class DecodeRecorder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class ForwardOracle:
+    """Expected logits from the target's own full-sequence forward pass (``model.forward``),
+    which runs without a KV cache, a sanitizer or a splitter: the row of a token at position
+    ``p`` of a sequence whose history is ``tokens[0..p]`` at positions ``0..p``."""
+
+    def __init__(self, target: Any, model: Any) -> None:
+        self._target = target
+        self._model = model
+        self._rows: dict[tuple[int, ...], Any] = {}
+
+    def row(self, history: Sequence[int]) -> Any:
+        """Logits of the last token of ``history`` (positions 0..len-1, one sequence)."""
+        key = tuple(history)
+        if key not in self._rows:
+            out = self._target.forward_logits(self._model, list(key))
+            for p in range(len(key)):  # causal: every prefix's row comes with it
+                self._rows[key[: p + 1]] = out[p]
+        return self._rows[key]
+
+
+def histories(tokens: Sequence[int], seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+    """For each batch token of a single-sequence-per-token batch on empty memory (positions
+    generated), the token history of its sequence up to and including it."""
+    so_far: dict[int, list[int]] = {}
+    out = []
+    for t, ids in zip(tokens, seqs, strict=True):
+        (s,) = set(ids)
+        so_far.setdefault(s, []).append(t)
+        out.append(list(so_far[s]))
+    return out

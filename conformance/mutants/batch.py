@@ -352,6 +352,141 @@ def _split_clears_emitted_outputs(target: Any) -> Any:
     return target
 
 
+# -- black-box mutants: defects the decode-level tests (test_blackbox_*.py) catch ---------------
+
+
+def _simple_takes_last_tokens(t: Any) -> Any:
+    """split_simple takes the last unused tokens of the batch first."""
+    from reference_impl.batch.split import BatchSplitter, check_n_ubatch, empty_ubatch
+
+    def split_simple(self: BatchSplitter, n_ubatch: int) -> Any:
+        check_n_ubatch(n_ubatch)
+        unused = np.flatnonzero(~self._used)
+        if unused.shape[0] == 0:
+            return empty_ubatch(self.sb.n_pos)
+        idxs = unused[-n_ubatch:]
+        return self._emit(idxs, int(idxs.shape[0]), False)
+
+    BatchSplitter.split_simple = split_simple  # type: ignore[method-assign]
+    return t
+
+
+def _ubatch_positions_rolled(t: Any) -> Any:
+    """A ubatch token gets the position of the token before it (the first the last one's)."""
+    import dataclasses
+
+    import reference_impl.batch.split as mod
+
+    original = mod.make_ubatch
+
+    def make_ubatch(*args: Any, **kwargs: Any) -> Any:
+        ub = original(*args, **kwargs)
+        if ub.n_tokens < 2 or ub.n_pos != 1:
+            return ub
+        return dataclasses.replace(ub, pos=np.roll(ub.pos, 1))
+
+    replace(SPL, "make_ubatch", make_ubatch)
+    return t
+
+
+def _seq_id_unq_descending(t: Any) -> Any:
+    """seq_id_unq lists the ubatch's sequences in descending order (seq_idx to match)."""
+    import dataclasses
+
+    import reference_impl.batch.split as mod
+
+    original = mod.make_ubatch
+
+    def make_ubatch(*args: Any, **kwargs: Any) -> Any:
+        ub = original(*args, **kwargs)
+        if ub.n_seqs_unq < 2:
+            return ub
+        unq = ub.seq_id_unq[::-1].copy()
+        idx = np.full_like(ub.seq_idx, -1)
+        idx[unq] = np.arange(unq.shape[0], dtype=idx.dtype)
+        return dataclasses.replace(ub, seq_id_unq=unq, seq_idx=idx)
+
+    replace(SPL, "make_ubatch", make_ubatch)
+    return t
+
+
+def _equal_split_interleaves_sets(t: Any) -> Any:
+    """split_equal lays a ubatch out token by token across its sets, not set by set."""
+    from reference_impl.batch.split import BatchSplitter
+
+    original = BatchSplitter._emit
+
+    def _emit(
+        self: BatchSplitter, idxs: Any, n_seqs: int, equal_seqs: bool, *args: Any, **kw: Any
+    ) -> Any:
+        if equal_seqs and n_seqs > 1:
+            idxs = np.asarray(idxs).reshape(n_seqs, -1).T.reshape(-1)
+        return original(self, idxs, n_seqs, equal_seqs, *args, **kw)
+
+    BatchSplitter._emit = _emit  # type: ignore[method-assign]
+    return t
+
+
+def _unplaced_tokens_fall_back_to_simple(t: Any) -> Any:
+    """When a split leaves tokens unplaced, split_all splits again with split_simple instead of
+    failing."""
+    import reference_impl.batch.split as mod
+
+    original = mod.split_all
+
+    def split_all(splitter: Any, plan: Any, n_ubatch: int) -> Any:
+        out = original(splitter, plan, n_ubatch)
+        if out is None:
+            simple = mod.split_plan("kv", unified=True, embd_all=False)
+            return original(splitter, simple, n_ubatch)
+        return out
+
+    replace(SPL, "split_all", split_all)
+    return t
+
+
+def _sequential_sets_in_any_order(t: Any) -> Any:
+    """The sequential split_equal takes any non-overlapping next set, not only id + 1."""
+    import reference_impl.batch.split as mod
+
+    original = mod.choose_sets
+
+    def choose_sets(splitter: Any, n_ubatch: int, sequential: bool) -> Any:
+        return original(splitter, n_ubatch, False)
+
+    replace(SPL, "choose_sets", choose_sets)
+    return t
+
+
+def _equal_split_at_most_n_ubatch_sets(t: Any) -> Any:
+    """split_equal stops at n_ubatch sets (no ubatch of n_ubatch + 1 one-token sets)."""
+    import reference_impl.batch.split as mod
+
+    original = mod.choose_sets
+
+    def choose_sets(splitter: Any, n_ubatch: int, sequential: bool) -> Any:
+        return list(original(splitter, n_ubatch, sequential))[:n_ubatch]
+
+    replace(SPL, "choose_sets", choose_sets)
+    return t
+
+
+def _mrope_missing_positions_repeat_section_zero(t: Any) -> Any:
+    """An M-RoPE embedding batch without positions gets section 0 in every section."""
+    import reference_impl.batch.sanitize as mod
+
+    original = mod.auto_positions
+
+    def auto_positions(first_seq: Any, memory: Any, n_pos: int, has_token: bool) -> Any:
+        pos = original(first_seq, memory, n_pos, has_token)
+        if pos.ndim == 2:
+            pos = np.tile(pos[0], (pos.shape[0], 1))
+        return pos
+
+    replace(SAN, "auto_positions", auto_positions)
+    return t
+
+
 MUTANTS = [
     Mutant(
         "spl-simple-repeats-last",
@@ -423,6 +558,7 @@ MUTANTS = [
         "positions with a gap inside a sequence are accepted",
         kills=("SAN-016", "SAN-027", "SAN-028"),
         apply=_gap_accepted,
+        black_box=True,
     ),
     Mutant(
         "san-auto-pos-seed",
@@ -465,6 +601,7 @@ MUTANTS = [
         "batch positions are not checked against the memory",
         kills=("SAN-015", "SAN-017"),
         apply=_memory_ignored,
+        black_box=True,
     ),
     Mutant(
         "san-diverged-accepted",
@@ -542,5 +679,69 @@ MUTANTS = [
         "splitting zeroes the output flags of emitted tokens in the sanitized batch",
         ("SPL-021",),
         _split_clears_emitted_outputs,
+    ),
+    Mutant(
+        "spl-simple-takes-last-first",
+        "batch",
+        "split_simple takes the last unused tokens of the batch first",
+        kills=("SPL-001",),
+        apply=_simple_takes_last_tokens,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-ubatch-positions-rolled",
+        "batch",
+        "a ubatch token carries the position of the token before it",
+        kills=("SPL-004",),
+        apply=_ubatch_positions_rolled,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-seq-id-unq-descending",
+        "batch",
+        "a ubatch lists its sequences in descending order",
+        kills=("SPL-003", "KV-004"),
+        apply=_seq_id_unq_descending,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-equal-interleaves-sets",
+        "batch",
+        "split_equal lays its ubatch out token by token across the sets",
+        kills=("SPL-008",),
+        apply=_equal_split_interleaves_sets,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-unplaced-falls-back-to-simple",
+        "batch",
+        "a split that leaves tokens unplaced is redone with split_simple instead of failing",
+        kills=("SPL-018",),
+        apply=_unplaced_tokens_fall_back_to_simple,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-sequential-any-order",
+        "batch",
+        "the sequential split_equal takes sets whose ids are not consecutive",
+        kills=("SPL-009",),
+        apply=_sequential_sets_in_any_order,
+        black_box=True,
+    ),
+    Mutant(
+        "spl-equal-no-extra-set",
+        "batch",
+        "split_equal chooses at most n_ubatch sets (llama.cpp takes n_ubatch + 1)",
+        kills=("SPL-010",),
+        apply=_equal_split_at_most_n_ubatch_sets,
+        black_box=True,
+    ),
+    Mutant(
+        "san-mrope-auto-pos-repeated",
+        "batch",
+        "an M-RoPE embedding batch without positions gets section 0 in every section",
+        kills=("SAN-012",),
+        apply=_mrope_missing_positions_repeat_section_zero,
+        black_box=True,
     ),
 ]

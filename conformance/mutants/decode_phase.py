@@ -302,6 +302,47 @@ def _speculative_redo(target: Any) -> Any:
     return target
 
 
+def _step_split_in_two_calls(target: Any) -> Any:
+    """A decode step of several sequences is submitted as two decode calls (its first token
+    alone, then the rest), each a complete batch whose outputs the step then reads."""
+    from conformance.mutants.generator import _CtxProxy, _with_proxy
+    from reference_impl.batch.types import Batch
+
+    class TwoCalls(_CtxProxy):
+        def __init__(self, ctx: Any) -> None:
+            super().__init__(ctx)
+            self._split = False
+            self._first_row: Any = None
+
+        def decode(self, b: Batch) -> int:
+            self._split = False
+            assert b.token is not None and b.pos is not None and b.seq_id is not None
+            n = b.n_tokens
+            flags = [int(f) for f in b.logits] if b.logits is not None else [0] * n
+            seqs = [int(s) for s in b.seq_id[:, 0]]
+            if n < 2 or not all(flags) or len(set(seqs)) != n:
+                return int(self._ctx.decode(b))
+            toks, pos = [int(t) for t in b.token], [int(p) for p in b.pos]
+            first = Batch.from_lists(toks[:1], pos=pos[:1], seq_ids=[seqs[:1]], logits=[1])
+            code = int(self._ctx.decode(first))
+            self._first_row = np.asarray(self._ctx.get_logits_ith(0)).copy()
+            if code != 0:
+                return code
+            rest = Batch.from_lists(
+                toks[1:], pos=pos[1:], seq_ids=[[s] for s in seqs[1:]], logits=[1] * (n - 1)
+            )
+            self._split = True
+            return int(self._ctx.decode(rest))
+
+        def get_logits_ith(self, i: int) -> Any:
+            if self._split:
+                return self._first_row if i == 0 else self._ctx.get_logits_ith(i - 1)
+            return self._ctx.get_logits_ith(i)
+
+    _with_proxy(TwoCalls)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "phase-step-evicts-other-sequences",
@@ -383,5 +424,14 @@ MUTANTS = [
         "each step rolls back and re-feeds every sequence's previous entry with the new token",
         ("PHASE-021",),
         _speculative_redo,
+        black_box=True,
+    ),
+    Mutant(
+        "phase-step-in-two-calls",
+        "decode_phase",
+        "a decode step of several sequences is submitted as two decode calls",
+        ("PHASE-003",),
+        _step_split_in_two_calls,
+        black_box=True,
     ),
 ]

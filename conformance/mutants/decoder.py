@@ -457,6 +457,102 @@ def _invalid_access_drops_outputs(target: Any) -> Any:
     return target
 
 
+# -- black-box mutants: defects the decode-level tests (test_blackbox_*.py) catch ---------------
+
+
+def _ubatches_run_in_reverse(target: Any) -> Any:
+    """The executor runs a batch's ubatches last first."""
+    from reference_impl.memory.kv import KVBatchContext, KVMemory
+
+    original = KVMemory.init_batch
+
+    def init_batch(self: KVMemory, *args: Any, **kw: Any) -> Any:
+        ctx = original(self, *args, **kw)
+        if isinstance(ctx, KVBatchContext) and len(ctx.ubatches) > 1:
+            ctx.ubatches.reverse()
+            ctx.sinfos.reverse()
+        return ctx
+
+    KVMemory.init_batch = init_batch  # type: ignore[method-assign]
+    return target
+
+
+def _applied_update_keeps_plans(target: Any) -> Any:
+    """A memory update that applied work keeps the stored graph plan."""
+    from reference_impl.decoder.context import Context
+
+    original = Context._reserve_worst_case
+
+    def _reserve_worst_case(self: Context, initial: bool = False) -> None:
+        if initial:
+            original(self, initial)
+
+    Context._reserve_worst_case = _reserve_worst_case  # type: ignore[method-assign]
+    return target
+
+
+def _zero_outputs_max_is_n_ubatch(target: Any) -> Any:
+    """``n_outputs_max`` 0 means ``n_ubatch`` rows instead of ``n_batch``."""
+    import dataclasses
+
+    import reference_impl.decoder.context as mod
+
+    original = mod.derive
+
+    def derive(p: Any, *args: Any, **kw: Any) -> Any:
+        d = original(p, *args, **kw)
+        if p.n_outputs_max == 0:
+            return dataclasses.replace(d, n_outputs_max=d.n_ubatch)
+        return d
+
+    replace("reference_impl.decoder.context", "derive", derive)
+    return target
+
+
+def _output_rows_reversed(target: Any) -> Any:
+    """A ubatch's output rows are extracted last token first."""
+    import reference_impl.decoder.ubatch_executor as mod
+
+    original = mod.output_rows
+
+    def output_rows(ub: Any, all_outputs: bool) -> Any:
+        return original(ub, all_outputs)[::-1].copy()
+
+    replace("reference_impl.decoder.ubatch_executor", "output_rows", output_rows)
+    return target
+
+
+def _ubatch_outputs_all_tokens(target: Any) -> Any:
+    """Every ubatch is counted as outputting all of its tokens."""
+    from reference_impl.decoder.context import Context, UBatchPlan
+
+    def _count_outputs(self: Context, splitter: Any, mctx: Any) -> Any:
+        counts = [ub.n_tokens for ub in mctx.ubatches]
+        self.trace.add("split", n_ubatches=len(mctx.ubatches), outputs=counts)
+        return UBatchPlan(splitter, mctx, counts, splitter.sb.n_outputs == splitter.sb.n_tokens)
+
+    Context._count_outputs = _count_outputs  # type: ignore[method-assign]
+    return target
+
+
+def _ith_accessor_skips_swaps(target: Any) -> Any:
+    """get_logits_ith reads the rows as emitted: it does not apply the pending swaps."""
+    from reference_impl.decoder.context import Context
+
+    original = Context.get_logits_ith
+
+    def get_logits_ith(self: Context, i: int) -> Any:
+        pending = list(self.outputs.swaps)
+        self.outputs.swaps.clear()
+        try:
+            return original(self, i)
+        finally:
+            self.outputs.swaps[:] = pending
+
+    Context.get_logits_ith = get_logits_ith  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "dec-sampled-not-reordered",
@@ -710,6 +806,54 @@ MUTANTS = [
         "an invalid get_logits_ith call leaves no readable output",
         ("OUT-018",),
         _invalid_access_drops_outputs,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-ubatches-reversed",
+        "decoder",
+        "the executor runs a batch's ubatches last first",
+        ("DEC-031",),
+        _ubatches_run_in_reverse,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-update-keeps-plans",
+        "decoder",
+        "a memory update that applied work keeps the stored graph plan",
+        ("DEC-036",),
+        _applied_update_keeps_plans,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-zero-outputs-max-is-n-ubatch",
+        "decoder",
+        "n_outputs_max 0 means n_ubatch rows instead of n_batch",
+        ("DEC-006",),
+        _zero_outputs_max_is_n_ubatch,
+        black_box=True,
+    ),
+    Mutant(
+        "out-rows-extracted-reversed",
+        "decoder",
+        "a ubatch's output rows are extracted last token first",
+        ("OUT-005",),
+        _output_rows_reversed,
+        black_box=True,
+    ),
+    Mutant(
+        "dec-ubatch-outputs-all-tokens",
+        "decoder",
+        "every ubatch is counted as outputting all of its tokens",
+        ("DEC-012",),
+        _ubatch_outputs_all_tokens,
+        black_box=True,
+    ),
+    Mutant(
+        "out-ith-skips-swaps",
+        "decoder",
+        "get_logits_ith reads rows in emission order, leaving the swaps to get_logits",
+        ("OUT-008",),
+        _ith_accessor_skips_swaps,
         black_box=True,
     ),
 ]

@@ -227,6 +227,92 @@ def _seq_div_rounds_up(target: Any) -> Any:
     return target
 
 
+# -- black-box mutants: defects the decode-level tests (test_blackbox_cache.py) catch -----------
+
+
+def _slot_needs_contiguous_cells(target: Any) -> Any:
+    """find_slot only accepts a contiguous run of usable cells."""
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.find_slot
+
+    def find_slot(self: KVCache, ubatch: Any, cont: bool = False) -> Any:
+        return original(self, ubatch, True)
+
+    KVCache.find_slot = find_slot  # type: ignore[method-assign]
+    return target
+
+
+def _prepare_without_simulation(target: Any) -> Any:
+    """prepare finds every ubatch's slot on the cache as it is, ignoring the earlier ubatches."""
+    from reference_impl.kv.cache import KVCache
+
+    def prepare(self: KVCache, ubatches: Any) -> Any:
+        out = [self.find_slot(ub) for ub in ubatches]
+        return None if any(s is None for s in out) else out
+
+    KVCache.prepare = prepare  # type: ignore[method-assign]
+    return target
+
+
+def _restore_skips_cells(target: Any) -> Any:
+    """Restoring an undo record puts back heads and shift flags but not the cells."""
+    from reference_impl.kv.cache import KVCache
+
+    def restore(self: KVCache, undo: Any) -> None:
+        self.heads[:] = undo.heads
+        for c, flag in zip(self.cells, undo.has_shift):
+            c.has_shift = flag
+
+    KVCache.restore = restore  # type: ignore[method-assign]
+    return target
+
+
+def _streams_share_stream_zero(target: Any) -> Any:
+    """With one stream per sequence, every sequence is mapped to stream 0."""
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.__init__
+
+    def __init__(self: KVCache, config: Any) -> None:
+        original(self, config)
+        if self.n_stream > 1:
+            self.seq_to_stream = (0,) * len(self.seq_to_stream)
+
+    KVCache.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _cell_keeps_first_sequence_only(target: Any) -> Any:
+    """A token listing several sequences gives its cell only the first of them."""
+    import dataclasses
+
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.apply_ubatch
+
+    def apply_ubatch(self: KVCache, sinfo: Any, ubatch: Any) -> Any:
+        ones = np.ones_like(ubatch.n_seq_id)
+        return original(self, sinfo, dataclasses.replace(ubatch, n_seq_id=ones))
+
+    KVCache.apply_ubatch = apply_ubatch  # type: ignore[method-assign]
+    return target
+
+
+def _mask_blocks_reversed(target: Any) -> Any:
+    """A multi-stream ubatch's mask gives token block ``g`` the mask of the last-but-g group."""
+    import reference_impl.kv.mask as mod
+
+    original = mod.build_kq_mask
+
+    def build_kq_mask(*args: Any, **kw: Any) -> Any:
+        m = original(*args, **kw)
+        return m.flip(0) if m.shape[0] > 1 else m
+
+    replace("reference_impl.kv.mask", "build_kq_mask", build_kq_mask)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "kv-prepare-mutates",
@@ -290,6 +376,7 @@ MUTANTS = [
         "get_n_kv returns used_max_p1 without padding to 256",
         ("KV-011",),
         _n_kv_unpadded,
+        black_box=True,
     ),
     Mutant(
         "kv-mask-causal-edge",
@@ -297,6 +384,7 @@ MUTANTS = [
         "the causal mask hides keys at the query's own position",
         ("KV-023",),
         _mask_causal_edge,
+        black_box=True,
     ),
     Mutant(
         "kv-seq-rm-keeps-head",
@@ -318,6 +406,7 @@ MUTANTS = [
         "n_kv is padded from the number of used cells, not from the last used cell",
         ("KV-002",),
         _n_kv_from_used_count,
+        black_box=True,
     ),
     Mutant(
         "kv-seq-div-rounds-up",
@@ -325,5 +414,53 @@ MUTANTS = [
         "seq_div rounds the divided positions up instead of down",
         ("KV-028",),
         _seq_div_rounds_up,
+    ),
+    Mutant(
+        "kv-slot-contiguous-only",
+        "kv",
+        "find_slot only accepts a contiguous run of free cells",
+        ("KV-005",),
+        _slot_needs_contiguous_cells,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-prepare-without-simulation",
+        "kv",
+        "prepare finds each ubatch's slot ignoring the ubatches before it",
+        ("KV-008",),
+        _prepare_without_simulation,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-restore-skips-cells",
+        "kv",
+        "restoring an undo record leaves the cells as the apply left them",
+        ("KV-010",),
+        _restore_skips_cells,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-streams-share-stream-zero",
+        "kv",
+        "with one stream per sequence every sequence is placed in stream 0",
+        ("KV-006",),
+        _streams_share_stream_zero,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-cell-first-sequence-only",
+        "kv",
+        "a token listing several sequences gives its cell only the first one",
+        ("KV-009",),
+        _cell_keeps_first_sequence_only,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-mask-blocks-reversed",
+        "kv",
+        "a multi-stream ubatch's mask blocks are given to the wrong token groups",
+        ("KV-024",),
+        _mask_blocks_reversed,
+        black_box=True,
     ),
 ]

@@ -162,6 +162,59 @@ def _abort_code_minus_three(target: Any) -> Any:
     return target
 
 
+# -- black-box mutants: defects the decode-level tests (test_blackbox_*.py) catch ---------------
+
+
+def _update_never_applied(target: Any) -> Any:
+    """The coordinator's update never applies the memory's pending work."""
+    from reference_impl.memory.coordinator import MemoryCoordinator
+
+    MemoryCoordinator.update = lambda self, optimize: False  # type: ignore[method-assign]
+    return target
+
+
+def _shift_stays_pending(target: Any) -> Any:
+    """Applying a K-shift leaves the shifts pending, so every later update rotates again."""
+    from reference_impl.kv.cells import KVCells
+
+    KVCells.reset_shift = lambda self: None  # type: ignore[method-assign]
+    return target
+
+
+def _batch_context_skips_first_ubatch(target: Any) -> Any:
+    """A KV batch context of several ubatches starts at the second one."""
+    from reference_impl.memory.kv import KVBatchContext
+
+    original = KVBatchContext.__init__
+
+    def __init__(self: KVBatchContext, cache: Any, sinfos: Any, ubatches: Any) -> None:
+        original(self, cache, sinfos, ubatches)
+        if len(ubatches) > 1:
+            self.i_cur = 1
+
+    KVBatchContext.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _final_no_slot_reported_as_no_update(target: Any) -> Any:
+    """The coordinator reports a final FAILED_PREPARE as NO_UPDATE (decode then returns -2)."""
+    import dataclasses
+
+    from reference_impl.memory.coordinator import MemoryCoordinator
+    from reference_impl.memory.status import MemoryStatus
+
+    original = MemoryCoordinator.prepare_batch
+
+    def prepare_batch(self: MemoryCoordinator, *args: Any, **kw: Any) -> Any:
+        plan = original(self, *args, **kw)
+        if plan.status == MemoryStatus.FAILED_PREPARE:
+            return dataclasses.replace(plan, code=-2, status=MemoryStatus.NO_UPDATE)
+        return plan
+
+    MemoryCoordinator.prepare_batch = prepare_batch  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -227,6 +280,7 @@ MUTANTS = [
         "a single-stream KV memory splits with split_equal instead of split_simple",
         ("MEM-007",),
         _kv_uses_equal_split,
+        black_box=True,
     ),
     Mutant(
         "mem-recurrent-partial-rm",
@@ -248,5 +302,37 @@ MUTANTS = [
         "clear() on an iSWA memory empties the sliding-window cache only",
         ("MEM-016",),
         _iswa_clear_keeps_base,
+    ),
+    Mutant(
+        "mem-update-never-applied",
+        "memory",
+        "the coordinator's update never applies pending memory work",
+        ("MEM-006", "DEC-034"),
+        _update_never_applied,
+        black_box=True,
+    ),
+    Mutant(
+        "mem-shift-stays-pending",
+        "memory",
+        "an applied K-shift stays pending, so every later update rotates the keys again",
+        ("MEM-004",),
+        _shift_stays_pending,
+        black_box=True,
+    ),
+    Mutant(
+        "mem-batch-skips-first-ubatch",
+        "memory",
+        "a KV batch context of several ubatches starts at the second one",
+        ("MEM-009",),
+        _batch_context_skips_first_ubatch,
+        black_box=True,
+    ),
+    Mutant(
+        "mem-no-slot-as-no-update",
+        "memory",
+        "a final FAILED_PREPARE is reported as NO_UPDATE, so decode returns -2 instead of 1",
+        ("MEM-010",),
+        _final_no_slot_reported_as_no_update,
+        black_box=True,
     ),
 ]
