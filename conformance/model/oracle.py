@@ -32,6 +32,16 @@ to keys at positions t' > t - w and rotate with base ``rope.freq_base_swa`` (100
 j of a head (NEOX layout) turns by pos[plane] * base^(-2j/head_dim), plane the section of
 ``rope.dimension_sections`` holding j mod sum(sections); a token's position is on every plane.
 Its RMSNorms use epsilon 0 (llama.cpp 0.3.36 does not read the key for qwen2vl).
+
+``bert`` (llama.cpp ``src/models/bert.cpp``; :func:`bert_embeddings`): an encoder with
+LayerNorm ``LN(x) = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g + b``:
+
+    x_0 = LN(E[token] + T[0] + P[pos])      (T: token_types, only row 0; P: position_embd)
+    per layer:  a_h = softmax_{all t' of the sequence}(q_h . k_h,t' / sqrt(head_dim)) v_h,t'
+                with q, k, v = Wq x + bq, Wk x + bk, Wv x + bv (no rotation)
+                h = LN(Wo a + bo + x)                          (attn_output_norm)
+                x = LN(Wdown gelu(Wup h + bup) + bdown + h)    (layer_output_norm)
+    embeddings = x (no final norm, no output head)
 """
 
 from __future__ import annotations
@@ -111,6 +121,8 @@ def load(path: str | os.PathLike[str]) -> OracleModel:
         # qwen2vl: llama.cpp 0.3.36 never reads the epsilon, so its RMSNorms use 0
         eps=0.0
         if arch == "qwen2vl"
+        else float(_scalar(reader, f"{arch}.attention.layer_norm_epsilon"))
+        if arch == "bert"  # LayerNorm
         else float(_scalar(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         freq_base=float(_scalar(reader, f"{arch}.rope.freq_base", 10000.0)),
         tensors=tensors,
@@ -284,3 +296,53 @@ def _forward_gemma3(m: OracleModel, tokens: list[int]) -> np.ndarray:
         xs = new_xs
     out = np.stack([w["output.weight"] @ _rmsnorm(x, w["output_norm.weight"], m.eps) for x in xs])
     return m.softcap * np.tanh(out / m.softcap) if m.softcap else out
+
+
+def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    centered = x - x.mean()
+    return centered / np.sqrt(np.mean(centered * centered) + eps) * g + b
+
+
+def bert_embeddings(
+    path: str | os.PathLike[str], tokens: list[int], positions: list[int] | None = None
+) -> np.ndarray:
+    """float64 hidden states ``[n_tokens, n_embd]`` of one bert sequence (every token attends
+    to every token), at ``positions`` (default ``0..n-1``)."""
+    m = load(str(path))
+    w = m.tensors
+    hd = m.head_dim
+    pos = list(range(len(tokens))) if positions is None else list(positions)
+    types = w.get("token_types.weight")
+    xs = []
+    for t, p in zip(tokens, pos):
+        x = w["token_embd.weight"][t] + w["position_embd.weight"][p]
+        if types is not None:
+            x = x + types[0]
+        xs.append(_layer_norm(x, w["token_embd_norm.weight"], w["token_embd_norm.bias"], m.eps))
+    for il in range(m.n_layer):
+        p_ = f"blk.{il}."
+        qs = [_linear(w, p_ + "attn_q", x).reshape(m.n_head, hd) for x in xs]
+        ks = [_linear(w, p_ + "attn_k", x).reshape(m.n_head_kv, hd) for x in xs]
+        vs = [_linear(w, p_ + "attn_v", x).reshape(m.n_head_kv, hd) for x in xs]
+        group = m.n_head // m.n_head_kv
+        new_xs = []
+        for t, x in enumerate(xs):
+            heads = []
+            for head in range(m.n_head):
+                kv = head // group
+                scores = np.array([qs[t][head] @ k[kv] for k in ks]) / np.sqrt(hd)
+                probs = np.exp(scores - scores.max())
+                probs /= probs.sum()
+                heads.append(sum(pr * v[kv] for pr, v in zip(probs, vs)))
+            a = _linear(w, p_ + "attn_output", np.concatenate(heads)) + x
+            h = _layer_norm(
+                a, w[p_ + "attn_output_norm.weight"], w[p_ + "attn_output_norm.bias"], m.eps
+            )
+            f = _linear(w, p_ + "ffn_down", _gelu_ggml(_linear(w, p_ + "ffn_up", h))) + h
+            new_xs.append(
+                _layer_norm(
+                    f, w[p_ + "layer_output_norm.weight"], w[p_ + "layer_output_norm.bias"], m.eps
+                )
+            )
+        xs = new_xs
+    return np.stack(xs)

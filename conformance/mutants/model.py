@@ -470,6 +470,92 @@ def _qwen2vl_epsilon_read(target: Any) -> Any:
     return target
 
 
+# -- bert (GGUF-052, DEC-048, DEC-066) ------------------------------------------------------------
+
+
+def _bert_mask_causal(target: Any) -> Any:
+    # the encode mask (a memory-less context's decode) hides the keys after the query
+    from reference_impl.decoder import ubatch_executor
+
+    original = ubatch_executor.encode_mask
+
+    def encode_mask(ub: Any) -> torch.Tensor:
+        m = original(ub).clone()
+        return m + torch.full_like(m, float("-inf")).triu(1)
+
+    replace("reference_impl.decoder.ubatch_executor", "encode_mask", encode_mask)
+    return target
+
+
+def _bert_token_type_skipped(target: Any) -> Any:
+    # row 0 of token_types is not added to the input embeddings
+    from reference_impl.model import bert
+
+    original = bert.input_embeddings
+
+    def input_embeddings(
+        x: torch.Tensor, positions: np.ndarray, pos_embd: torch.Tensor, type_embd: Any
+    ) -> torch.Tensor:
+        return original(x, positions, pos_embd, None)
+
+    replace("reference_impl.model.bert", "input_embeddings", input_embeddings)
+    return target
+
+
+def _bert_layer_norm_no_bias(target: Any) -> Any:
+    def layer_norm(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), weight, None, eps)
+
+    replace("reference_impl.model.bert", "layer_norm", layer_norm)
+    return target
+
+
+def _cls_pooling_off_by_one(target: Any) -> Any:
+    # CLS pooling reads the row after the sequence's first token (the last row stays the last)
+    from reference_impl.decoder import pooling
+
+    def pool_cls(hidden: np.ndarray, ub: Any) -> dict[int, np.ndarray]:
+        rows = pooling._target_rows(ub, last=False)
+        n = ub.n_tokens
+        return {s: hidden[min(i + 1, n - 1)].astype(np.float32) for s, i in sorted(rows.items())}
+
+    pooling.POOLERS[pooling.PoolingType.CLS] = pool_cls
+    return target
+
+
+def _memoryless_decode_refused(target: Any) -> Any:
+    # decode on a context without memory returns -1 instead of encoding the batch
+    from reference_impl.decoder.context import Context
+
+    def _decode_as_encode(self: Any, batch: Any) -> int:
+        return -1
+
+    Context._decode_as_encode = _decode_as_encode  # type: ignore[method-assign]
+    return target
+
+
+def _position_table_unchecked(target: Any) -> Any:
+    # a bert batch's positions are not checked against the position table
+    def _check_position_table(hp: Any, sb: Any) -> None:
+        return None
+
+    replace("reference_impl.decoder.context", "_check_position_table", _check_position_table)
+    return target
+
+
+def _no_memory_seq_rm_false(target: Any) -> Any:
+    # seq_rm on a context without memory reports failure (llama.cpp: true)
+    from reference_impl.decoder.context import _NoMemory
+
+    def seq_rm(self: Any, seq_id: int, p0: int, p1: int) -> bool:
+        return False
+
+    _NoMemory.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "model-k-bias-ignored",
@@ -726,5 +812,60 @@ MUTANTS = [
         "an unknown tokenizer.ggml.model loads as a model without a vocabulary",
         ("GGUF-016",),
         _unknown_tokenizer_as_no_vocab,
+    ),
+    Mutant(
+        "model-bert-mask-causal",
+        "model",
+        "a bert context's encode attends causally (keys after the query are hidden)",
+        kills=("GGUF-052", "DEC-048"),
+        apply=_bert_mask_causal,
+        black_box=True,
+    ),
+    Mutant(
+        "model-bert-token-type-skipped",
+        "model",
+        "bert's input embeddings lack row 0 of the token-type table",
+        kills=("GGUF-052",),
+        apply=_bert_token_type_skipped,
+        black_box=True,
+    ),
+    Mutant(
+        "model-bert-layernorm-no-bias",
+        "model",
+        "bert's LayerNorms apply their weight but not their bias",
+        kills=("GGUF-052",),
+        apply=_bert_layer_norm_no_bias,
+        black_box=True,
+    ),
+    Mutant(
+        "model-bert-cls-pooling-off-by-one",
+        "model",
+        "CLS pooling takes the row after the sequence's first token",
+        kills=("GGUF-052",),
+        apply=_cls_pooling_off_by_one,
+        black_box=True,
+    ),
+    Mutant(
+        "model-memoryless-decode-refused",
+        "model",
+        "decode on a context without memory returns -1 instead of encoding the batch",
+        kills=("DEC-048",),
+        apply=_memoryless_decode_refused,
+        black_box=True,
+    ),
+    Mutant(
+        "model-memoryless-seq-rm-false",
+        "model",
+        "seq_rm on a context without memory returns false (llama.cpp: true)",
+        kills=("DEC-066",),
+        apply=_no_memory_seq_rm_false,
+        black_box=True,
+    ),
+    Mutant(
+        "model-bert-position-table-unchecked",
+        "model",
+        "a bert batch with a position past the learned position table is not refused with -1",
+        kills=("DEC-067",),
+        apply=_position_table_unchecked,
     ),
 ]

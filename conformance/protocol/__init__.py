@@ -44,6 +44,7 @@ BLACK_BOX: frozenset[str] = frozenset(
         "model.check_tensors",
         "model.arch.gemma3",
         "model.arch.qwen2vl",
+        "model.arch.bert",
         "tokenizer.tokenize",
         "tokenizer.vocab_only",
         "decoder.params",

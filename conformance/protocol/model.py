@@ -87,6 +87,14 @@ class Qwen2VL(LoadsModels, Protocol):
     of the batch corpus). An engine without it skips those checks."""
 
 
+class Bert(LoadsModels, Protocol):
+    """The ``bert`` architecture (spec/model.md GGUF-052): an encoder-only model (learned
+    positions, token-type row 0, post-LayerNorm blocks with biases, GELU FFN, no output head).
+    Its files load, and the contexts of such a model have no memory: ``decode`` encodes
+    (spec/decoder.md DEC-048) and the embeddings, per token or pooled, are bert's. An engine
+    without it skips the bert checks."""
+
+
 CAPABILITIES = (
     capability("model.load", LoadsModels, "load a GGUF file and report its sizes"),
     capability("model.forward", Forward, "full-sequence logits of one token sequence"),
@@ -103,5 +111,10 @@ CAPABILITIES = (
         "model.arch.qwen2vl",
         Qwen2VL,
         "qwen2vl models: M-RoPE, 4 positions per token",
+    ),
+    capability(
+        "model.arch.bert",
+        Bert,
+        "bert models: encoder-only, learned positions, post-LayerNorm, pooled embeddings",
     ),
 )

@@ -90,7 +90,15 @@ class Context:
         params = dataclasses.replace(params or ContextParams(), **overrides)
         self.model = model
         self.params = params
-        self.cparams: Derived = derive(params, n_ctx_train=model.n_ctx_train)
+        self.cparams: Derived = derive(
+            params,
+            n_ctx_train=model.n_ctx_train,
+            # the model's attention type and pooling are the defaults (bert's keys, GGUF-052)
+            model_causal=model.hparams.causal_attn,
+            model_pooling=(
+                PoolingType(model.hparams.pooling_type) if model.hparams.pooling_type >= 0 else None
+            ),
+        )
         self._check_params()
         if params.n_threads is not None:
             set_threads(params.n_threads)
@@ -159,7 +167,10 @@ class Context:
 
     @implements("DEC-011", "DEC-013", "DEC-022", "PHASE-006")
     def decode(self, batch: Batch) -> int:
-        """llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, -2 / -3 failures."""
+        """llama_decode: 0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, -2 / -3 failures.
+        A context without memory (encoder-only model) encodes the batch instead (DEC-048)."""
+        if self.memory is NO_MEMORY:
+            return self._decode_as_encode(batch)
         self._begin_call("decode", batch)
         try:
             sb = self._sanitize(batch)  # 1
@@ -172,6 +183,13 @@ class Context:
         except _StepFailed as failure:
             return self._end_call(failure)
         return self._end_call()
+
+    @implements("DEC-048")
+    def _decode_as_encode(self, batch: Batch) -> int:
+        """llama.cpp's decode on a context whose model created no memory: it logs that it
+        calls encode() instead and returns encode's result."""
+        self.trace.add("decode_as_encode")
+        return self.encode(batch)
 
     @implements("DEC-049")
     def encode(self, batch: Batch) -> int:
@@ -376,6 +394,7 @@ class Context:
         all of it in one ubatch."""
         _require_tokens(batch)
         sb = self._run_sanitizer(batch, memory=None, output_all=True)
+        _check_position_table(self.model.hparams, sb)
         if sb.n_tokens > self.cparams.n_ubatch:
             raise _StepFailed(
                 -1,
@@ -611,8 +630,11 @@ class Context:
     def _make_memory(self) -> Any:
         """llama.cpp's ``create_memory``: a model with sliding-window layers gets the iSWA
         memory (a full cache for the global layers, a windowed one for the sliding layers,
-        ``swa_full`` sizing the latter); any other model one KV cache."""
+        ``swa_full`` sizing the latter); an encoder-only model none (``NO_MEMORY``: decode
+        encodes, the memory operations act on nothing); any other model one KV cache."""
         hp, cp, params = self.model.hparams, self.cparams, self.params
+        if hp.encoder_only:  # llama.cpp's create_memory returns no memory for bert (DEC-048)
+            return NO_MEMORY
         config = KVCacheConfig(
             kv_size=cp.n_ctx_seq,
             n_seq_max=cp.n_seq_max,
@@ -683,7 +705,12 @@ class Context:
                     "n_seq_tokens": ub.n_seq_tokens,
                     "n_seqs": ub.n_seqs,
                     "n_outputs": n_outputs,
-                    "n_kv": getattr(self.memory, "base", self.memory).kv_size,
+                    # without memory, attention spans the ubatch itself
+                    "n_kv": (
+                        ub.n_tokens
+                        if self.memory is NO_MEMORY
+                        else getattr(self.memory, "base", self.memory).kv_size
+                    ),
                 }
             )
 
@@ -721,6 +748,8 @@ class Context:
         step = None
         if self.params.attention_backend != "torch":
             why = f"attention backend {self.params.attention_backend!r}"
+        elif self.memory is NO_MEMORY:
+            why = "no memory (an encoder-only model encodes)"
         elif not isinstance(self.memory, KVCache):
             why = f"{self.memory.kind} memory (the native step reads one KV cache)"
         elif self.memory.config.dtype != torch.float32:
@@ -739,6 +768,65 @@ class Context:
                 )
             return None, str(why)
         return step, "native"
+
+
+@implements("DEC-066")
+class _NoMemory:
+    """The memory of a context that has none (encoder-only model): the memory operations
+    answer as llama.cpp's ``llama_memory_*`` on a NULL memory (removal succeeds, positions
+    are -1, every other operation does nothing)."""
+
+    kind = "none"
+
+    def clear(self, data: bool = True) -> None:
+        pass
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        return True
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        pass
+
+    def seq_keep(self, seq_id: int) -> None:
+        pass
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        pass
+
+    def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
+        pass
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        return -1
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return -1
+
+
+NO_MEMORY = _NoMemory()
+
+
+@implements("DEC-067")
+def _check_position_table(hp: Any, sb: SanitizedBatch) -> None:
+    """A model with learned absolute positions (bert) has ``n_ctx_train`` of them: a position
+    outside ``[0, n_ctx_train)`` is an invalid batch (llama.cpp stops the process on its row
+    lookup: decision D1)."""
+    if not hp.encoder_only:
+        return
+    pos = np.asarray(sb.batch.pos, dtype=np.int64).reshape(-1)[: sb.n_tokens]
+    bad = np.flatnonzero((pos < 0) | (pos >= hp.n_ctx_train))
+    if bad.size:
+        i = int(bad[0])
+        raise _StepFailed(
+            -1,
+            DecoderError(
+                "DEC_POS_RANGE",
+                f"position {int(pos[i])} of token {i} is outside the model's "
+                f"{hp.n_ctx_train} learned positions",
+                field="pos",
+                index=i,
+            ),
+        )
 
 
 @implements("DEC-015")

@@ -19,6 +19,7 @@ import torch
 
 from reference_impl.errors import EngineError
 from reference_impl.model import gguf_loader, llama
+from reference_impl.model.bert import BertForward
 from reference_impl.model.gemma3 import Gemma3Forward
 from reference_impl.model.gguf_loader import HParams, ModelWeights
 from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
@@ -38,7 +39,7 @@ __all__ = [
 
 
 # The forward of each architecture that has its own (the others run the llama forward).
-FORWARDS: dict[str, type[llama.LlamaForward]] = {"gemma3": Gemma3Forward}
+FORWARDS: dict[str, type[llama.LlamaForward]] = {"gemma3": Gemma3Forward, "bert": BertForward}
 
 
 class Model:
@@ -187,6 +188,8 @@ class Model:
         if self._native is None:
             if self.graph.attention is not llama.sdpa_attention:
                 raise ValueError("the model was built with its own attention function")
+            if self.hparams.encoder_only:
+                raise ValueError(f"{self.hparams.arch} is an encoder (no cached decode step)")
             self._native = NativeDecodeStep(self.graph)  # checks the rest (native.unsupported)
         return self._native
 

@@ -17,7 +17,10 @@ and which layers slide. Facts from llama.cpp ``src/models/llama.cpp`` / ``qwen2.
   ``j % sum(sections)`` falls in (``rope.dimension_sections``, 4 counts of pairs);
 * ``gemma3``: no biases; four more RMSNorm weights per layer (Q and K per head, after the
   attention, after the FFN); NEOX RoPE; interleaved sliding-window attention in a period of 6
-  (layers ``il % 6 < 5`` slide, every 6th is global) with base 10000 for the sliding layers.
+  (layers ``il % 6 < 5`` slide, every 6th is global) with base 10000 for the sliding layers;
+* ``bert``: encoder-only (:mod:`reference_impl.model.bert`): learned absolute positions, an
+  optional token-type table, LayerNorms with biases after the embeddings and after each
+  block's attention and FFN, optional Q/K/V/O and FFN biases, no RoPE and no output head.
 """
 
 from __future__ import annotations
@@ -45,13 +48,19 @@ class ArchSpec:
     rope_freq_base_swa: float = 0.0  # the RoPE base of the sliding-window layers
     # M-RoPE: 4 positions per token, each rotating the pairs of its `rope.dimension_sections`
     mrope: bool = False
+    # encoder-only (bert): its own tensor set and forward, no KV memory (decode encodes)
+    encoder_only: bool = False
 
 
 # gemma3's extra norms: per-head Q and K (head_dim values), after attention and FFN (n_embd).
 GEMMA3_NORMS = ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
 
 
-@implements("GGUF-044", "GGUF-046", "GGUF-049", "GGUF-051")
+# bert's optional biases (the LayerNorm biases are required, like their weights).
+BERT_BIASES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down")
+
+
+@implements("GGUF-044", "GGUF-046", "GGUF-049", "GGUF-051", "GGUF-052")
 def _table() -> dict[str, ArchSpec]:
     return {
         "llama": ArchSpec(
@@ -81,6 +90,14 @@ def _table() -> dict[str, ArchSpec]:
             layer_norms=GEMMA3_NORMS,
             swa_period=6,
             rope_freq_base_swa=10000.0,
+        ),
+        "bert": ArchSpec(
+            "bert",
+            rope_neox=False,
+            biases=BERT_BIASES,
+            rope_freqs=False,
+            fused_qkv=False,
+            encoder_only=True,
         ),
     }
 

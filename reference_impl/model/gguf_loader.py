@@ -5,9 +5,10 @@ formats of :mod:`reference_impl.model.dequant`) are dequantized to float32 at lo
 how, follows llama.cpp's llama loader (``llama_model_llama::load_arch_hparams`` /
 ``load_arch_tensors``):
 
-* ``general.architecture`` must be ``llama``, ``qwen2``, ``qwen2vl`` or ``gemma3``
+* ``general.architecture`` must be ``llama``, ``qwen2``, ``qwen2vl``, ``gemma3`` or ``bert``
   (:mod:`reference_impl.model.arch` says what differs; :func:`gemma3_hparams` reads gemma3's
-  sliding-window keys); ``<arch>.*`` keys below;
+  sliding-window keys, :func:`bert_hparams` the encoder's keys and :func:`bert_tensor_shapes`
+  its own tensor set); ``<arch>.*`` keys below;
 * ``llama.embedding_length``, ``llama.block_count``, ``llama.feed_forward_length``,
   ``llama.attention.head_count``, ``llama.context_length`` and
   ``llama.attention.layer_norm_rms_epsilon`` are required; ``head_count_kv`` defaults to
@@ -99,6 +100,14 @@ class HParams:
     # per token
     rope_sections: tuple[int, ...] = ()
     n_pos_per_embd: int = 1
+    # Encoder-only models (bert): LayerNorm epsilon, attention.causal (the context's default
+    # attention type), pooling_type (the context's default pooling; -1 none given), the rows
+    # of the token-type table (tokenizer.ggml.token_type_count)
+    encoder_only: bool = False
+    norm_eps: float = 0.0
+    causal_attn: bool = True
+    pooling_type: int = -1
+    n_token_types: int = 0
 
     def is_swa(self, il: int) -> bool:
         """Whether layer ``il`` attends through the sliding window."""
@@ -174,6 +183,8 @@ class ModelWeights:
     vocab_only: bool = False  # loaded without tensors: the tensor fields are empty
     files: tuple[Path, ...] = ()  # every file read, the first part of a split model first
     rope_freqs: torch.Tensor | None = None  # [n_rot/2] frequency divisors (llama 3), or None
+    # every loaded tensor by GGUF name (the encoder-only forward reads its tensors here)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def output_weight(self) -> torch.Tensor:
@@ -195,6 +206,8 @@ class ModelWeights:
             if attr is not None and 0 <= il < len(self.layers):
                 t: torch.Tensor = getattr(self.layers[il], attr)
                 return t
+        if name in self.tensors:
+            return self.tensors[name]
         raise KeyError(name)
 
 
@@ -233,6 +246,8 @@ _UNSUPPORTED_TENSORS = (
     "ffn_gate_exps",
     "ffn_up_exps",
     "ffn_down_exps",
+    "cls",  # bert's classifier head (RANK pooling)
+    "cls_out",
 )
 
 
@@ -349,8 +364,10 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
     n_head_kv = meta.get_int(f"{a}.attention.head_count_kv", n_head)
     n_ctx_train = meta.get_int(f"{a}.context_length")
     # qwen2vl (llama.cpp 0.3.36) does not read the epsilon: see mrope_hparams
+    # (an encoder-only model has LayerNorms: bert_hparams reads their epsilon)
     rms_eps = meta.get_float(
-        f"{a}.attention.layer_norm_rms_epsilon", 0.0 if ARCHS[arch].mrope else None
+        f"{a}.attention.layer_norm_rms_epsilon",
+        0.0 if ARCHS[arch].mrope or ARCHS[arch].encoder_only else None,
     )
     freq_base = meta.get_float(f"{a}.rope.freq_base", 10000.0)
     for key, val in (
@@ -435,7 +452,35 @@ def read_hparams(meta: _Meta, tensor_names: set[str]) -> tuple[HParams, SpmVocab
         hp = gemma3_hparams(meta, hp)
     if ARCHS[arch].mrope:
         hp = mrope_hparams(meta, hp)
+    if ARCHS[arch].encoder_only:
+        hp = bert_hparams(meta, hp)
     return hp, vocab
+
+
+@implements("GGUF-052")
+def bert_hparams(meta: _Meta, hp: HParams) -> HParams:
+    """bert's keys, as llama.cpp 0.3.36 reads them: ``attention.layer_norm_epsilon``
+    (required), ``attention.causal`` (default true: the context's attention type unless the
+    caller sets one), ``pooling_type`` (optional: the context's default pooling) and
+    ``tokenizer.ggml.token_type_count`` (required, > 0: the rows of ``token_types``)."""
+    from dataclasses import replace
+
+    a = hp.arch
+    key = "tokenizer.ggml.token_type_count"
+    n_types = meta.get_int(key)
+    if n_types <= 0:
+        raise _err("GGUF_INVALID_HPARAM", f"{key} must be positive, got {n_types}", key)
+    pooling = meta.get_int(f"{a}.pooling_type", -1)
+    if pooling not in (-1, 0, 1, 2, 3, 4):
+        raise _err("GGUF_INVALID_HPARAM", f"unknown pooling type {pooling}", f"{a}.pooling_type")
+    return replace(
+        hp,
+        encoder_only=True,
+        norm_eps=meta.get_float(f"{a}.attention.layer_norm_epsilon"),
+        causal_attn=meta.get_bool(f"{a}.attention.causal", True),
+        pooling_type=pooling,
+        n_token_types=n_types,
+    )
 
 
 @implements("GGUF-051")
@@ -525,6 +570,8 @@ def gemma3_hparams(meta: _Meta, hp: HParams) -> HParams:
 def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
     """ggml shapes (``ne0`` first) of the tensors a llama model needs; ``output.weight`` is
     included and treated as optional by the loader."""
+    if hp.encoder_only:
+        return bert_tensor_shapes(hp)
     shapes: dict[str, tuple[int, ...]] = {
         "token_embd.weight": (hp.n_embd, hp.n_vocab),
         "output_norm.weight": (hp.n_embd,),
@@ -547,6 +594,32 @@ def expected_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+@implements("GGUF-052")
+def bert_tensor_shapes(hp: HParams) -> dict[str, tuple[int, ...]]:
+    """ggml shapes of bert's required tensors: token and position embeddings (``n_ctx_train``
+    rows), the embedding LayerNorm, per layer Q/K/V/O, the LayerNorm after the attention, the
+    FFN up/down matrices and the LayerNorm after the FFN (every LayerNorm with its bias)."""
+    e, kv = hp.n_embd, hp.n_embd_k_gqa
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (e, hp.n_vocab),
+        "position_embd.weight": (e, hp.n_ctx_train),
+        "token_embd_norm.weight": (e,),
+        "token_embd_norm.bias": (e,),
+    }
+    for i in range(hp.n_layer):
+        p = f"blk.{i}."
+        shapes[p + "attn_q.weight"] = (e, hp.n_embd_q)
+        shapes[p + "attn_k.weight"] = (e, kv)
+        shapes[p + "attn_v.weight"] = (e, kv)
+        shapes[p + "attn_output.weight"] = (hp.n_embd_q, e)
+        shapes[p + "ffn_up.weight"] = (e, hp.n_ff)
+        shapes[p + "ffn_down.weight"] = (hp.n_ff, e)
+        for norm in ("attn_output_norm", "layer_output_norm"):
+            shapes[p + norm + ".weight"] = (e,)
+            shapes[p + norm + ".bias"] = (e,)
+    return shapes
+
+
 @implements("GGUF-044", "GGUF-046", "GGUF-048")
 def optional_tensor_shapes(hp: HParams, spec: ArchSpec) -> dict[str, tuple[int, ...]]:
     """ggml shapes of the optional tensors the architecture accepts: ``rope_freqs.weight``
@@ -564,6 +637,8 @@ def optional_tensor_shapes(hp: HParams, spec: ArchSpec) -> dict[str, tuple[int, 
     }
     n_qkv = hp.n_embd_q + 2 * kv
     shapes: dict[str, tuple[int, ...]] = {}
+    if spec.encoder_only:  # bert: the token-type table (llama.cpp adds its row 0)
+        shapes["token_types.weight"] = (hp.n_embd, hp.n_token_types)
     if spec.rope_freqs:
         shapes["rope_freqs.weight"] = (hp.n_rot // 2,)
     for i in range(hp.n_layer):
@@ -583,13 +658,14 @@ def plan_tensors(
     """(required shapes, optional shapes, displaced names) for the tensors ``present``. A layer
     with a fused ``attn_qkv.weight`` needs no separate Q/K/V, and then separate Q/K/V weights
     or biases are displaced (llama.cpp does not create them, so it refuses the file); a layer
-    without it has no ``attn_qkv.bias``."""
+    without it has no ``attn_qkv.bias``. An architecture without fused QKV keeps its Q/K/V and
+    refuses the ``attn_qkv`` tensor itself."""
     required = expected_tensor_shapes(hp)
     optional = optional_tensor_shapes(hp, spec)
     displaced: set[str] = set()
     for i in range(hp.n_layer):
         p = f"blk.{i}."
-        if p + "attn_qkv.weight" in present:
+        if spec.fused_qkv and p + "attn_qkv.weight" in present:
             for m in ("attn_q", "attn_k", "attn_v"):
                 for name in (p + m + ".weight", p + m + ".bias"):
                     required.pop(name, None)
@@ -847,7 +923,10 @@ def load_gguf(
         loaded[name] = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
         types[name] = dequant.TYPE_NAMES[ggml_type]
 
-    layers = tuple(layer_weights(hp, loaded, i) for i in range(hp.n_layer))
+    # an encoder-only forward reads its tensors by name (no llama blocks)
+    layers = (
+        () if hp.encoder_only else tuple(layer_weights(hp, loaded, i) for i in range(hp.n_layer))
+    )
     metadata: dict[str, Any] = {}
     for key, f in reader.fields.items():
         if key.startswith("general.") and f.types and f.types[0].name != "ARRAY":
@@ -856,7 +935,7 @@ def load_gguf(
         path=p,
         hparams=hp,
         token_embd=loaded["token_embd.weight"],
-        output_norm=loaded["output_norm.weight"],
+        output_norm=loaded.get("output_norm.weight", torch.empty(0)),
         output=loaded.get("output.weight"),
         layers=layers,
         vocab=vocab,
@@ -864,4 +943,5 @@ def load_gguf(
         metadata=metadata,
         files=files,
         rope_freqs=loaded.get("rope_freqs.weight"),
+        tensors=loaded,
     )

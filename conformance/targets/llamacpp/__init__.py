@@ -42,6 +42,7 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
             "model.check_tensors",
             "model.arch.gemma3",
             "model.arch.qwen2vl",
+            "model.arch.bert",
             "tokenizer.tokenize",
             "tokenizer.vocab_only",
             "decoder.params",

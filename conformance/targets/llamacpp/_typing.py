@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         _o4: model.CheckTensors = t
         _o5: model.Gemma3 = t
         _o6: model.Qwen2VL = t
+        _o7: model.Bert = t
         _t1: tokenizer.Tokenize = t
         _t2: tokenizer.LoadsVocab = t
         _d1: decoder.Params = t

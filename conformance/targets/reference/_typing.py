@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         _o6: model.CheckTensors = t
         _o7: model.Gemma3 = t
         _o8: model.Qwen2VL = t
+        _o9: model.Bert = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
         _s3: sampling.InputChecks = t
