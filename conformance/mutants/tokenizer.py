@@ -257,7 +257,46 @@ def _merges_capped_at_int16(target: Any) -> Any:
     return target
 
 
+def _dsv3_punct_without_symbols(target: Any) -> Any:
+    # DeepSeek-V3's punctuation run ' ?[\p{P}\p{S}]+' loses its symbol class: '$', '+', '=' and
+    # non-ASCII symbols no longer join the run (one class off in one expression family).
+    from reference_impl.tokenizer import pretokenize
+
+    for name, pre in list(pretokenize.PRE_TYPES.items()):
+        if pre.family == "deepseek-v3":
+            regexes = tuple(rx.replace(r" ?[\p{P}\p{S}]+", r" ?[\p{P}]+") for rx in pre.regexes)
+            assert regexes != pre.regexes
+            pretokenize.PRE_TYPES[name] = dataclasses.replace(pre, regexes=regexes)
+    return target
+
+
+def _hunyuan_dense_as_qwen2(target: Any) -> Any:
+    # hunyuan-dense and joyai-llm are mapped to Qwen2's expressions, not DeepSeek-V3's (a name
+    # filed under the wrong family: the flags stay right).
+    from reference_impl.tokenizer import pretokenize
+
+    for name in ("hunyuan-dense", "joyai-llm"):
+        pre = pretokenize.PRE_TYPES[name]
+        qwen2 = pretokenize.PRE_REGEXES["qwen2"]
+        pretokenize.PRE_TYPES[name] = dataclasses.replace(pre, regexes=qwen2, family="qwen2")
+    return target
+
+
 MUTANTS += [
+    Mutant(
+        "tok-pre-alias-wrong-family",
+        "tokenizer",
+        "hunyuan-dense and joyai-llm split text with Qwen2's expressions",
+        kills=("TOK-074",),
+        apply=_hunyuan_dense_as_qwen2,
+    ),
+    Mutant(
+        "tok-dsv3-punct-without-symbols",
+        "tokenizer",
+        "the DeepSeek-V3 pre-tokenizer's punctuation run leaves out \\p{S}",
+        kills=("TOK-050",),
+        apply=_dsv3_punct_without_symbols,
+    ),
     Mutant(
         "tok-bpe-merges-capped-at-int16",
         "tokenizer",

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from conformance.assertions import raises_code
 from conformance.fixtures.vocabularies import (
+    BPE_PRE_ALIASES,
     BPE_PRE_TYPES,
     CONTROL,
     EOT,
@@ -32,9 +33,16 @@ pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
 TOKENS, TYPES, MERGES = bpe_vocab()
 EOT_ID, PAD_ID, SEP_ID = TOKENS.index(EOT), TOKENS.index(PAD), TOKENS.index(SEP)
 # Pre types whose detokenize leaves spaces alone (llama.cpp turns clean_spaces off for them).
-NO_CLEAN = ("deepseek-llm", "deepseek-coder", "qwen2", "gpt-4o", "command-r")
-# Pre types that add BOS by default (the Llama-3 family).
-ADDS_BOS = ("llama-bpe",)
+NO_CLEAN = (
+    *("deepseek-llm", "deepseek-coder", "qwen2", "gpt-4o", "command-r", "deepseek-v3", "youtu"),
+    *("qwen35", "poro-chat", "viking", "tekken", "chameleon", "granite-embed-multi-97m"),
+    *("tiny_aya", "superbpe", "bailingmoe", "seed-coder", "ufakzeka", "afmoe", "laguna"),
+    "kimi-k2",
+)
+# Pre types that add BOS by default (the Llama-3 family, Tekken, Chameleon).
+ADDS_BOS = ("llama-bpe", "tekken", "chameleon")
+# Pre types that emit a word that is a token whole (ignore_merges).
+IGNORES_MERGES = ("llama-bpe", "tekken", "youtu", "granite-embed-multi-97m", "minicpm5")
 
 BPE_CORPUS = [
     "",
@@ -111,6 +119,46 @@ WORDS = [
     ("gpt-4o", "HelloWorld ABCdef 12345", ["Hello", "World", " ABCdef", " ", "123", "45"]),
     ("default", "a+b=12345", ["a", "+", "b", "=", "123", "45"]),
     ("mpt", "a  b", ["a", " ", " b"]),
+    # whitespace runs in power-of-two pieces before the last space
+    ("jais-2", "a       b", ["a", "    ", "  ", " b"]),
+    # marks join letters, one ASCII punctuation mark may lead an ASCII word, kana/Han split off
+    (
+        "deepseek-v3",
+        "(ab x\u0301y $+ 12345日本",
+        ["(ab", " x\u0301y", " $+", " ", "123", "45", "日本"],
+    ),
+    ("youtu", "HelloWorld 한국어ㄱ… 123", ["HelloWorld", " ", "한국어ㄱ", "…", " ", "1", "2", "3"]),
+    ("qwen35", "x\u0301y 12 \u0301!", ["x\u0301y", " ", "1", "2", " \u0301", "!"]),
+    ("poro-chat", "ab cd, ef!", ["ab", " cd", ",", " ef", "!"]),
+    ("viking", "ab12 cd.", ["ab", "1", "2", " cd", "."]),
+    ("tekken", "HelloWorld don't 12", ["Hello", "World", " don", "'t", " ", "1", "2"]),
+    (
+        "chameleon",
+        "a<sentinel:3>b IMGIMGABZ  x!?",
+        ["a", "<", "sentinel", ":", "3", ">", "b", " ", "IMGIMGABZ", "  ", "x", "!", "?"],
+    ),
+    ("granite-embed-multi-97m", "Ax\u0301yZ 12345", ["Ax\u0301y", "Z", " ", "123", "45"]),
+    ("tiny_aya", "x1234567 ab", ["x", "1", "234", "567", " ab"]),
+    ("superbpe", "ab 1234567", ["ab ", "1", "234", "567"]),
+    ("bailingmoe", "it'S \n\n x", ["it", "'S", " \n\n", " x"]),
+    ("seed-coder", "a!!\n\nb", ["a", "!!", "\n\n", "b"]),
+    ("ufakzeka", "don't 12", ["don", "'t", " ", "1", "2"]),  # no contraction rule
+    # Thai starts at U+0E40 in AFMoE's Asian class: U+0E17 and U+0E22 are not in it
+    ("afmoe", "ab1234 タイ ไทย x", ["ab", "1", "234", " ", "タイ", " ", "ไ", "ทย", " x"]),
+    ("laguna", "a b\n\nc", ["a", " b", "\n\n", "c"]),
+    ("exaone-moe", "ab cd 12 e", ["ab cd", " ", "1", "2", " e"]),
+    ("minicpm5", "x 1234567", ["x", " ", "123", "456", "7"]),
+    # Han runs split off; the contraction ends the word; a mark is a lead character, not a letter
+    (
+        "kimi-k2",
+        "中文abc 日本語テキスト Don'T x\u0301y 1234567",
+        [
+            *("中文", "abc", " ", "日本語", "テキスト", " Don'T", " x", "\u0301y", " "),
+            "123",
+            "456",
+            "7",
+        ],
+    ),
 ]
 
 
@@ -131,10 +179,11 @@ def test_tokens_never_cross_words(
 
 @pytest.mark.invariant("TOK-050")
 def test_ignore_merges(target: Any, bpe_vocab: Any, bpe_pre: str) -> None:
-    """Llama-3 pre types emit a word that is a token whole, even when no merge builds it."""
+    """Llama-3 pre types (and the others with ignore_merges) emit a word that is a token whole,
+    even when no merge builds it."""
     probe = TOKENS.index(IGNORE_MERGES_PROBE)
     ids = target.tokenize(bpe_vocab, " zzzz", False, False)
-    if bpe_pre in ADDS_BOS:
+    if bpe_pre in IGNORES_MERGES:
         assert ids == [probe]
     else:
         assert probe not in ids
@@ -322,12 +371,30 @@ def test_malformed_bpe_vocab_refused(
 
 @pytest.mark.invariant("TOK-062")
 @pytest.mark.requires("model.errors")
-@pytest.mark.parametrize("pre", ["no-such-pre", "kimi-k2"])
+@pytest.mark.parametrize("pre", ["no-such-pre", "gemma4"])
 def test_unknown_pre_type_refused(target: Any, tmp_path: Path, pre: str) -> None:
     path = tmp_path / "pre.gguf"
     write_bpe_gguf(path, pre)
     with raises_code("GGUF_UNSUPPORTED_TOKENIZER", field="tokenizer.ggml.pre"):
         target.load_vocab(str(path))
+
+
+@pytest.mark.invariant("TOK-074")
+@pytest.mark.parametrize("pre", sorted(BPE_PRE_ALIASES))
+def test_alias_splits_like_its_family(target: Any, pre: str) -> None:
+    """A pre-type name that shares a fixture pre type's expressions loads and gives that pre
+    type's ids (flags aside: the ignore-merges probe is left out, BOS and detokenize too)."""
+    from conformance.fixtures.vocabularies import bpe_vocab_path
+    from conformance.gate import cached
+
+    alias = cached(target, "load_vocab", str(bpe_vocab_path(pre)))
+    family = cached(target, "load_vocab", str(bpe_vocab_path(BPE_PRE_ALIASES[pre])))
+    for text in BPE_CORPUS:
+        if IGNORE_MERGES_PROBE[1:] in text:
+            continue
+        for parse_special in (False, True):
+            want = target.tokenize(family, text, False, parse_special)
+            assert target.tokenize(alias, text, False, parse_special) == want, (pre, text)
 
 
 @pytest.mark.invariant("TOK-058")

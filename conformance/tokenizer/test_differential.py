@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.fixtures.vocabularies import BPE_FAMILY_PRE_TYPES, BPE_PRE_ALIASES
 from conformance.gate import cached
 from conformance.strategies.tokenizer import random_texts, unicode_texts
 from conformance.tokenizer.test_spm import CORPUS, texts, words
@@ -115,6 +116,32 @@ def test_bpe_every_piece_matches_peer(
             assert target.token_to_piece(bpe_vocab, token, special) == peer.token_to_piece(
                 peer_bpe_vocab, token, special
             ), (token, special)
+
+
+# A few texts that tell the expression families apart (digit groups, marks, scripts, runs).
+ALIAS_TEXTS = [
+    "1234567 ab12 x1 12345678 ½²③",
+    "x\u0301y \u0915\u094d\u0937 a'S b'LL 'd 'Re",
+    "!!\n\n  x\r\n\t y" + " " * 9 + "z",
+    "日本語テキスト한국어ㄱㄴ…“” ไทย",
+    "HelloWorld ABCdef $+<=> <sentinel:12> IMGIMGABCZ",
+]
+
+
+@pytest.mark.invariant("TOK-074")
+@pytest.mark.requires("tokenizer.vocab_only")
+@pytest.mark.parametrize("pre", sorted(BPE_PRE_ALIASES))
+def test_bpe_alias_matches_peer(target: Any, peer: Any, pre: str) -> None:
+    """Every other pre-type name llama.cpp accepts and the target runs loads on both sides and
+    tokenizes a corpus the same way (a handful of texts: the expressions are those of a pre
+    type with a fixture, which the batches prove)."""
+    from conformance.fixtures.vocabularies import bpe_vocab_path
+    from conformance.tokenizer.test_bpe import BPE_CORPUS
+
+    path = str(bpe_vocab_path(pre))
+    ours, theirs = cached(target, "load_vocab", path), cached(peer, "load_vocab", path)
+    for text in [*BPE_CORPUS, *ALIAS_TEXTS]:
+        _same_vocab_only(target, ours, peer, theirs, text)
 
 
 # -- WordPiece fixture (vocabulary-only) -------------------------------------------------------
@@ -419,9 +446,12 @@ def test_spm_options_batch_matches_peer(target: Any, peer: Any, name: str) -> No
 
 @pytest.mark.invariant("TOK-063")
 @pytest.mark.requires("tokenizer.vocab_only")
+@pytest.mark.parametrize("bpe_pre", BPE_FAMILY_PRE_TYPES, indirect=True)
 def test_bpe_batch_matches_peer(
     target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any
 ) -> None:
+    """Once per expression family: pre types that share a family's expressions differ only in
+    flags, which the corpus tests cover."""
     _same_batch(target, bpe_vocab, peer, peer_bpe_vocab)
 
 
