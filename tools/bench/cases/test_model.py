@@ -31,6 +31,15 @@ import torch
 from conformance.fixtures.gguf_models import FIXTURES, fixture_path, fixture_vocab, tensor_shapes
 from reference_impl.batch.types import Batch
 from reference_impl.model import Model
+
+# Each architecture next to llama.cpp (prefill, decode steps, bert encode, split-file load): the
+# cases live in _arch.py and are collected here, under the area they record.
+from tools.bench.cases._arch import (  # noqa: F401
+    test_bert_encode64,
+    test_decode32,
+    test_load,
+    test_prefill64,
+)
 from tools.bench.common import record
 
 N_TOKENS = 128
