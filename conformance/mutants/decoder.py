@@ -560,6 +560,7 @@ MUTANTS = [
         "sampled tokens are left in emission order when the rows are reordered",
         ("OUT-034",),
         _sampled_not_reordered,
+        black_box=True,
     ),
     Mutant(
         "dec-no-seq-output-limit",
@@ -567,6 +568,7 @@ MUTANTS = [
         "sequences with a sampler get any number of outputs",
         ("OUT-033",),
         _no_seq_output_limit,
+        black_box=True,
     ),
     Mutant(
         "dec-reservation-not-rounded",

@@ -187,6 +187,19 @@ def _reference_logits_last_row(target: Any) -> Any:
     return target
 
 
+def _dist_burns_first_draw(target: Any) -> Any:
+    from reference_impl.sampling.samplers import Dist
+
+    original = Dist.__init__
+
+    def init(self: Dist, seed: int) -> None:
+        original(self, seed)
+        self._draw()  # the defect: the stream's first number is never used
+
+    Dist.__init__ = init  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "gen-stop-token-returned",
@@ -236,5 +249,13 @@ MUTANTS = [
         "the reference's get_logits_ith ignores its index and returns the last output row",
         ("GEN-019",),
         _reference_logits_last_row,
+    ),
+    Mutant(
+        "gen-dist-burns-first-draw",
+        "generator",
+        "a seeded dist sampler skips the first number of its stream, so seeded goldens change",
+        ("GEN-021",),
+        _dist_burns_first_draw,
+        black_box=True,
     ),
 ]

@@ -98,6 +98,23 @@ def _swa_edge(target: Any) -> Any:
     return target
 
 
+def _swa_mask_edge(target: Any) -> Any:
+    """Only the cache's KQ mask gets the wide window; the forward pass keeps the right one, so
+    decode rows differ from it (a public decode API shows the defect)."""
+    import types
+
+    from reference_impl.kv import swa
+
+    def is_masked_array(n_swa: int, swa_type: int, p0: Any, p1: Any) -> Any:
+        if swa_type == swa.SWAType.STANDARD:
+            return (np.asarray(p1) - np.asarray(p0)) > n_swa
+        return swa.is_masked_swa_array(n_swa, swa_type, p0, p1)
+
+    shim = types.SimpleNamespace(SWAType=swa.SWAType, is_masked_swa_array=is_masked_array)
+    replace("reference_impl.kv.mask", "swa", shim)
+    return target
+
+
 def _restore_keeps_head(target: Any) -> Any:
     from reference_impl.kv.cache import KVCache
 
@@ -461,6 +478,14 @@ MUTANTS = [
         "a multi-stream ubatch's mask blocks are given to the wrong token groups",
         ("KV-024",),
         _mask_blocks_reversed,
+        black_box=True,
+    ),
+    Mutant(
+        "kv-swa-mask-keeps-edge-key",
+        "kv",
+        "the cache's KQ mask lets a sliding layer read the key exactly n_swa positions back",
+        ("KV-022",),
+        _swa_mask_edge,
         black_box=True,
     ),
 ]

@@ -136,6 +136,21 @@ def _hybrid_attention_first(target: Any) -> Any:
     return target
 
 
+def _iswa_window_cache_one_window(target: Any) -> Any:
+    from reference_impl.memory import kv
+
+    original = kv.ISWAMemory.__init__
+
+    def init(self: Any, config: Any, *, n_ubatch: int, swa_full: bool = True, **kw: Any) -> None:
+        original(self, config, n_ubatch=n_ubatch, swa_full=swa_full, **kw)
+        if not swa_full:
+            size = -(-min(config.kv_size, config.n_swa + n_ubatch) // 256) * 256
+            self.swa = kv.KVMemory(kv._replace(config, kv_size=size), kw.get("k_shift_fn"))
+
+    kv.ISWAMemory.__init__ = init  # type: ignore[method-assign]
+    return target
+
+
 def _iswa_clear_keeps_base(target: Any) -> Any:
     from reference_impl.memory.kv import ISWAMemory
 
@@ -333,6 +348,14 @@ MUTANTS = [
         "a final FAILED_PREPARE is reported as NO_UPDATE, so decode returns -2 instead of 1",
         ("MEM-010",),
         _final_no_slot_reported_as_no_update,
+        black_box=True,
+    ),
+    Mutant(
+        "mem-iswa-window-cache-one-window",
+        "memory",
+        "a unified window cache without swa_full holds one window, not n_seq_max of them",
+        ("MEM-015",),
+        _iswa_window_cache_one_window,
         black_box=True,
     ),
 ]

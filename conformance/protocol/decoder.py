@@ -24,7 +24,17 @@ from conformance.protocol.model import LoadsModels
 from reference_impl.batch.types import Batch
 
 # Parameters every context-creating capability may pass, as in llama_context_params.
-CORE_PARAMS = ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "n_outputs_max")
+# ``swa_full`` (default True) sizes the sliding-window cache of a model with window layers: the
+# whole context, or False: the window plus one ubatch (MEM-015); other models ignore it.
+CORE_PARAMS = (
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_seq_max",
+    "kv_unified",
+    "n_outputs_max",
+    "swa_full",
+)
 HINTS = ("n_threads",)  # an engine may ignore these
 
 

@@ -242,6 +242,7 @@ class LlamaCppContext:
         flash_attn: bool | None = False,
         embeddings: bool = False,
         kv_unified: bool = False,
+        swa_full: bool = True,
         n_outputs_max: int = 0,
         pooling: int = -1,
         attention_type: int = -1,
@@ -261,6 +262,7 @@ class LlamaCppContext:
         p.flash_attn_type = FLASH_ATTN[flash_attn]
         p.embeddings = embeddings
         p.kv_unified = kv_unified
+        p.swa_full = swa_full
         p.pooling_type = pooling
         p.attention_type = attention_type
         p.no_perf = True
