@@ -86,11 +86,11 @@ def _retype_array_items(
     return edit
 
 
-def _iq2_xxs_tensor() -> tuple[np.ndarray, Any]:
-    # IQ2_XXS packs 256 values per block (one block per row of the wide model's attn_q);
-    # llama.cpp computes with it, the reference does not implement its codebook.
-    qtype = gguf.GGMLQuantizationType.IQ2_XXS
-    raw = np.zeros((256, 66), dtype=np.uint8)
+def _q8_k_tensor() -> tuple[np.ndarray, Any]:
+    # Q8_K packs 256 values per block (one block per row of the wide model's attn_q); it is
+    # llama.cpp's activation type, not a storage type the reference accepts for weights.
+    qtype = gguf.GGMLQuantizationType.Q8_K
+    raw = np.zeros((256, gguf.GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
     return raw, qtype
 
 
@@ -212,12 +212,12 @@ CASES = [
         _variant(override_tensors={"token_embd.weight": np.zeros((100, CFG.n_embd), np.float32)}),
     ),
     Case(
-        "iq2_xxs-tensor",
+        "q8_k-tensor",
         "GGUF-014",
         "GGUF_UNSUPPORTED_TENSOR_TYPE",
         "blk.0.attn_q.weight",
-        _wide_variant(override_tensors={"blk.0.attn_q.weight": _iq2_xxs_tensor()}),
-        refused_by_llamacpp=False,  # llama.cpp computes with IQ2_XXS
+        _wide_variant(override_tensors={"blk.0.attn_q.weight": _q8_k_tensor()}),
+        refused_by_llamacpp=False,  # llama.cpp loads a Q8_K weight
     ),
     Case(
         "extra-tensor",

@@ -1,5 +1,7 @@
 """Every further storage type llama.cpp loads as a weight (GGUF-043): BF16, Q4_1, Q5_0, Q5_1,
-the K-quants Q2_K..Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 and MXFP4.
+the K-quants Q2_K..Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4,
+NVFP4 and the codebook types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+IQ1_M.
 
 * bit-exact dequantization against ``gguf.quants.dequantize`` on random block bytes whose scale
   fields take edge values (zero, negative, subnormal, the largest finite fp16) and whose
@@ -28,6 +30,7 @@ from conformance.fixtures.gguf_models import (
     WEIGHT_TYPES,
     FixtureConfig,
     fixture_path,
+    set_iq1_m_scale,
     write_gguf,
 )
 from conformance.gate import cached
@@ -70,9 +73,17 @@ def block_bytes(draw: st.DrawFn, weight_type: str) -> np.ndarray:
         exps = draw(st.lists(st.integers(0, 255), min_size=1, max_size=6))
         raw[:, 0] = np.resize(np.array(exps, dtype=np.uint8), n_blocks)
         return raw.reshape(256, -1)
+    if weight_type == "nvfp4":  # four UE4M3 bytes: zero, nan (0x7F), bit 7 set, subnormals
+        edges = st.sampled_from([0x00, 0x01, 0x07, 0x08, 0x7E, 0x7F, 0x80, 0xFF])
+        ue4m3 = draw(st.lists(edges | st.integers(0, 255), min_size=1, max_size=8))
+        raw[:, :4] = np.resize(np.array(ue4m3, dtype=np.uint8), (n_blocks, 4))
+        return raw.reshape(256, -1)
     finite = st.floats(-65504.0, 65504.0, width=16, allow_nan=False, allow_infinity=False)
     scales = draw(st.lists(st.sampled_from(F16_EDGES) | finite, min_size=1, max_size=6))
     halves = np.resize(np.array(scales, dtype=np.float16), (2, n_blocks))
+    if weight_type == "iq1_m":  # d is spread over nibbles of the block's last four u16
+        set_iq1_m_scale(raw, halves[0])
+        return raw.reshape(256, -1)
     for field, values in zip(BLOCK_SCALE_FIELDS[weight_type], halves, strict=True):
         if field is not None:
             raw[:, field : field + 2] = values.view(np.uint8).reshape(-1, 2)
@@ -123,6 +134,14 @@ PEER_NMSE = {  # weight type: (measured, bound)
     "tq1_0": (3.5e-04, 8e-04),
     "tq2_0": (3.7e-07, 1e-06),
     "mxfp4": (2.2e-04, 5e-04),
+    "nvfp4": (1.2e-04, 3e-04),
+    "iq2_xxs": (8.1e-04, 2e-03),
+    "iq2_xs": (8.6e-04, 2e-03),
+    "iq2_s": (6.7e-04, 2e-03),
+    "iq3_xxs": (9.5e-04, 2e-03),
+    "iq3_s": (8.8e-04, 2e-03),
+    "iq1_s": (4.1e-04, 9e-04),
+    "iq1_m": (6.5e-04, 1.5e-03),
 }
 
 

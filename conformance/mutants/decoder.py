@@ -237,6 +237,23 @@ def _no_seq_output_limit(target: Any) -> Any:
     return target
 
 
+def _chain_reads_last_row(target: Any) -> Any:
+    """A sequence's chain samples the ubatch's last output row instead of its own token's."""
+    from reference_impl.decoder.context import Context
+
+    def _sample_rows(self: Context, ub: Any, rows: np.ndarray, row0: int) -> None:
+        for k, r in enumerate(rows):
+            for s in ub.seq_ids_of(int(r)):
+                chain = self.samplers.get(s)
+                if chain is not None:
+                    last = self.outputs.logits[row0 + len(rows) - 1]
+                    self.outputs.sampled[row0 + k] = chain.sample(last)
+                    break
+
+    Context._sample_rows = _sample_rows  # type: ignore[method-assign]
+    return target
+
+
 def _reservation_not_rounded(target: Any) -> Any:
     from reference_impl.decoder import context
 
@@ -571,6 +588,14 @@ MUTANTS = [
         black_box=True,
     ),
     Mutant(
+        "dec-chain-reads-last-row",
+        "decoder",
+        "a sequence's backend chain samples the ubatch's last output row, not its token's",
+        ("OUT-032",),
+        _chain_reads_last_row,
+        black_box=True,
+    ),
+    Mutant(
         "dec-reservation-not-rounded",
         "decoder",
         "worst-case reservations round n_tokens down instead of up to a multiple of n_seqs",
@@ -583,6 +608,7 @@ MUTANTS = [
         "encode attends causally",
         ("DEC-049",),
         _encode_is_causal,
+        black_box=True,
     ),
     Mutant(
         "dec-triton-backend-falls-back",

@@ -158,6 +158,44 @@ def _e8m0_not_halved(target: Any) -> Any:
     return target
 
 
+def _nvfp4_scales_reversed(target: Any) -> Any:
+    # NVFP4: sub-block s takes the UE4M3 scale of sub-block 3 - s.
+    import reference_impl.model.dequant as dq
+
+    original = dq.ue4m3_half
+    replace(dq.__name__, "ue4m3_half", lambda x: original(x)[:, ::-1])
+    return target
+
+
+def _iq_sign_parity_odd(target: Any) -> Any:
+    # IQ2_XXS / IQ2_XS / IQ3_XXS: the eighth sign makes the count of negatives odd.
+    import reference_impl.model.dequant as dq
+
+    patterns = dq.SIGN_PATTERNS.copy()
+    patterns[:, 7] = -patterns[:, 7]
+    replace(dq.__name__, "SIGN_PATTERNS", patterns)
+    return target
+
+
+def _iq_scale_nibbles_swapped(target: Any) -> Any:
+    # IQ2_XS / IQ2_S / IQ3_S / IQ1_M: a packed byte gives its high nibble to the first value.
+    import reference_impl.model.dequant as dq
+
+    def nibbles_paired(packed: np.ndarray) -> np.ndarray:
+        return np.stack([packed >> 4, packed & 0xF], axis=2).reshape(packed.shape[0], -1)
+
+    replace(dq.__name__, "_nibbles_paired", nibbles_paired)
+    return target
+
+
+def _iq1_delta_inverted(target: Any) -> Any:
+    # IQ1_S / IQ1_M: a clear sign bit shifts the grid by -1/8 instead of +1/8.
+    import reference_impl.model.dequant as dq
+
+    replace(dq.__name__, "IQ1S_DELTA", -dq.IQ1S_DELTA)
+    return target
+
+
 def _bf16_rounded_through_f16(target: Any) -> Any:
     # BF16 bits read as IEEE half floats.
     replace(
@@ -246,6 +284,26 @@ def _reader_errors_untyped(target: Any) -> Any:
         if not path.is_file():
             raise loader.ModelLoadError("GGUF_FILE_NOT_FOUND", "no such file", field="path")
         return gguf.GGUFReader(str(path), "r")
+
+    replace(loader.__name__, "_open", _open)
+    return target
+
+
+def _reader_aborts_on_corrupt(target: Any) -> Any:
+    # A corrupt file ends the process, as a failed GGML_ASSERT would, instead of a refusal.
+    import os
+
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader._open
+
+    def _open(path: Any) -> Any:
+        try:
+            return original(path)
+        except loader.ModelLoadError as exc:
+            if exc.code == "GGUF_MALFORMED":
+                os.abort()
+            raise
 
     replace(loader.__name__, "_open", _open)
     return target
@@ -685,6 +743,34 @@ MUTANTS = [
         apply=_e8m0_not_halved,
     ),
     Mutant(
+        "model-nvfp4-scales-reversed",
+        "model",
+        "NVFP4 sub-block s takes the UE4M3 scale of sub-block 3 - s",
+        kills=("GGUF-043",),
+        apply=_nvfp4_scales_reversed,
+    ),
+    Mutant(
+        "model-iq-sign-parity-odd",
+        "model",
+        "IQ2_XXS/IQ2_XS/IQ3_XXS complete 7 stored signs to an odd count of negatives",
+        kills=("GGUF-043",),
+        apply=_iq_sign_parity_odd,
+    ),
+    Mutant(
+        "model-iq-scale-nibbles-swapped",
+        "model",
+        "IQ2_XS/IQ2_S/IQ3_S scales (IQ1_M high bits) take a byte's high nibble first",
+        kills=("GGUF-043",),
+        apply=_iq_scale_nibbles_swapped,
+    ),
+    Mutant(
+        "model-iq1-delta-inverted",
+        "model",
+        "IQ1_S/IQ1_M shift the grid by -1/8 where the sign bit is clear",
+        kills=("GGUF-043",),
+        apply=_iq1_delta_inverted,
+    ),
+    Mutant(
         "model-bf16-read-as-f16",
         "model",
         "BF16 tensors are read as IEEE half floats",
@@ -735,6 +821,14 @@ MUTANTS = [
         "exceptions of the GGUF reader on a corrupt file escape untyped",
         kills=("GGUF-045",),
         apply=_reader_errors_untyped,
+    ),
+    Mutant(
+        "model-reader-aborts-on-corrupt",
+        "model",
+        "a GGUF file the reader cannot parse aborts the process instead of being refused",
+        kills=("GGUF-045",),
+        apply=_reader_aborts_on_corrupt,
+        black_box=True,
     ),
     Mutant(
         "model-swa-window-one-longer",

@@ -1,10 +1,11 @@
 """GGML tensor storage types to float32.
 
 Written from the block layouts (ggml ``ggml-common.h``, ``ggml-quants.c``), independently of
-``gguf.quants``, which the tests use as the oracle. Each quantized format has one function that
-takes the raw bytes of ``n_values / block_size`` blocks and returns ``n_values`` float32 values,
-vectorised over blocks: the block is a row of a ``[n_blocks, block_bytes]`` uint8 array, its
-fields are column slices.
+``gguf.quants``, which the tests use as the oracle (only the IQ codebook tables are taken from
+it, see below). Each quantized format has one function that takes the raw bytes of
+``n_values / block_size`` blocks and returns ``n_values`` float32 values, vectorised over
+blocks: the block is a row of a ``[n_blocks, block_bytes]`` uint8 array, its fields are column
+slices.
 
 Conventions shared by every format:
 
@@ -40,17 +41,38 @@ IQ4_XS    136/256  ``d``, ``scales_h`` (u16), ``scales_l[4]``, ``qs[128]``: per 
 TQ1_0      54/256  ``qs[48]``, ``qh[4]`` base-3 packed ternary digits, ``d``: ``(t - 1) * d``
 TQ2_0      66/256  ``qs[64]`` 2-bit ternary, ``d``: ``(t - 1) * d``
 MXFP4      17/32   ``e`` (E8M0 exponent), ``qs[16]`` nibbles of E2M1: ``fp4[q] * 2^(e-127)``
+NVFP4      36/64   ``d[4]`` (UE4M3, one per 16 values), ``qs[32]``: sub-block s takes
+                   ``qs[8s : 8s+8]`` (low nibbles first): ``fp4[q] * ue4m3(d[s])``
+IQ2_XXS    66/256  ``d``, per 32 values a u32 of 4 grid indices and a u32 of 4 sign
+                   indices (7 bits each) + 4-bit scale ``ls``: ``d*(0.5+ls)/4 * ±grid``
+IQ2_XS     74/256  ``d``, ``qs[32]`` u16 (9-bit grid index, 7-bit sign index), ``scales[8]``
+                   (a 4-bit ``ls`` per 16 values): ``d*(0.5+ls)/4 * ±grid``
+IQ2_S      82/256  ``d``, ``qs[32]`` + ``qh[8]`` (10-bit grid indices), explicit sign bytes
+                   ``signs[32]``, ``scales[8]``: ``d*(0.5+ls)/4 * ±grid``
+IQ3_XXS    98/256  ``d``, ``qs[64]`` grid indices (4 values each), per 32 values a u32 of 4
+                   sign indices + 4-bit ``ls``: ``d*(0.5+ls)/2 * ±grid``
+IQ3_S     110/256  ``d``, ``qs[64]`` + ``qh[8]`` (9-bit indices), ``signs[32]``,
+                   ``scales[4]`` (a 4-bit ``ls`` per 32 values): ``d*(1+2ls) * ±grid``
+IQ1_S      50/256  ``d``, ``qs[32]`` + 3 high bits each from ``qh[8]`` (u16, one per 32
+                   values, also a 3-bit ``ls`` and a delta sign): ``d*(2ls+1) * (grid ± 1/8)``
+IQ1_M      56/256  ``qs[32]``, ``qh[16]`` (per index 3 high bits + delta sign), ``scales``
+                   4 u16: 3-bit ``ls`` per 16 values, ``d`` in their top nibbles: as IQ1_S
 BF16        2/1    the upper 16 bits of a float32
 =========  ======  =======================================================================
 
-The IQ1/IQ2/IQ3 formats index large codebooks (ggml ``iq2xxs_grid`` ...) and are not
-implemented here; nor is Q8_K (llama.cpp uses it only for activations).
+The IQ2/IQ3/IQ1 codebooks (ggml ``iq2xxs_grid``, ``iq2xs_grid``, ``iq2s_grid``,
+``iq3xxs_grid``, ``iq3s_grid``, ``iq1s_grid``) are format constants of hundreds to thousands of
+entries: they are not transcribed here but read at import from gguf-py (``gguf.quants.<TYPE>``
+after ``init_grid()``, its decoding of the packed tables). This module's own code is the block
+layout and the index, sign and scale logic. The 128 "sign indices" (ggml ``ksigns_iq2xs``) are a
+rule, not data, and are computed here. Q8_K (activations only) is not implemented.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import gguf
 import numpy as np
 
 from reference_impl.spec_links import implements
@@ -79,6 +101,14 @@ GGML_BF16 = 30
 GGML_TQ1_0 = 34
 GGML_TQ2_0 = 35
 GGML_MXFP4 = 39
+GGML_NVFP4 = 40
+GGML_IQ2_XXS = 16
+GGML_IQ2_XS = 17
+GGML_IQ3_XXS = 18
+GGML_IQ1_S = 19
+GGML_IQ3_S = 21
+GGML_IQ2_S = 22
+GGML_IQ1_M = 29
 
 # IQ4_NL / IQ4_XS: the 16 non-linear levels a 4-bit index selects (ggml ``kvalues_iq4nl``).
 IQ4_GRID = np.array(
@@ -86,6 +116,35 @@ IQ4_GRID = np.array(
 )
 # MXFP4: the E2M1 values doubled to integers (ggml ``kvalues_mxfp4``); the scale is halved.
 MXFP4_GRID = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int8)
+
+
+def _codebook(quant: type) -> np.ndarray:
+    """The float32 codebook ``[entries, values per entry]`` gguf-py decodes for an IQ type."""
+    quant.init_grid()  # type: ignore[attr-defined]
+    grid: np.ndarray = quant.grid  # type: ignore[attr-defined]
+    return np.array(grid, dtype=np.float32).reshape(quant.grid_shape)  # type: ignore[attr-defined]
+
+
+IQ2XXS_GRID = _codebook(gguf.quants.IQ2_XXS)  # 256 x 8, values 8, 25, 43
+IQ2XS_GRID = _codebook(gguf.quants.IQ2_XS)  # 512 x 8
+IQ2S_GRID = _codebook(gguf.quants.IQ2_S)  # 1024 x 8
+IQ3XXS_GRID = _codebook(gguf.quants.IQ3_XXS)  # 256 x 4, values 4 .. 62
+IQ3S_GRID = _codebook(gguf.quants.IQ3_S)  # 512 x 4, odd values 1 .. 15
+IQ1S_GRID = _codebook(gguf.quants.IQ1_S)  # 2048 x 8, values -1, 0, 1
+IQ1S_DELTA = np.float32(0.125)  # IQ1_S shifts every grid value by +-1/8
+
+
+def _sign_patterns() -> np.ndarray:
+    """``[128, 8]`` of +-1: sign index i stores the signs of 7 values (bit k set: value k is
+    negative); the 8th sign is the one that makes the number of negatives even."""
+    i = np.arange(128, dtype=np.uint8)[:, None]
+    bits = (i >> np.arange(7, dtype=np.uint8)) & 1
+    eighth = bits.sum(axis=1, keepdims=True) & 1
+    negative = np.concatenate([bits, eighth], axis=1)
+    return np.where(negative == 1, np.float32(-1), np.float32(1))
+
+
+SIGN_PATTERNS = _sign_patterns()
 
 
 def _blocks(
@@ -198,7 +257,167 @@ def dequantize_mxfp4(raw: np.ndarray, n_values: int) -> np.ndarray:
     return _mul(grid, e8m0_half(blocks[:, :1])).reshape(-1)
 
 
+def ue4m3_half(x: np.ndarray) -> np.ndarray:
+    """UE4M3 scale byte -> float32 half its value (the grid is doubled). Unsigned: bit 7 is
+    ignored, except that only the byte 0x7F (E4M3's nan) reads as 0 and 0xFF does not; 4
+    exponent bits (bias 7), 3 mantissa bits, exponent 0 subnormal. Half of ``(8 + m) * 2^(e - 10)`` (``m * 2^-9`` for e = 0): all exact."""
+    e = ((x >> 3) & 0xF).astype(np.int32)
+    m = (x & 7).astype(np.int32)
+    mantissa = np.where(e > 0, 8 + m, m).astype(np.float32)
+    half = np.ldexp(mantissa, np.maximum(e, 1) - 11).astype(np.float32)
+    return np.where(x == 0x7F, np.float32(0), half).astype(np.float32)
+
+
+@implements("GGUF-043")
+def dequantize_nvfp4(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """NVFP4: ``d[4]`` (UE4M3), ``qs[32]``; sub-block s < 4 of 16 values reads ``qs[8s : 8s+8]``
+    low nibbles first; value = MXFP4_GRID[q] * ue4m3(d[s]) / 2."""
+    blocks = _blocks(raw, n_values, 64, 36, "NVFP4")
+    n = blocks.shape[0]
+    grid = MXFP4_GRID.astype(np.float32)[_nibbles(blocks[:, 4:].reshape(n * 4, 8))]
+    return _mul(grid.reshape(n, 4, 16), ue4m3_half(blocks[:, :4])[:, :, None]).reshape(-1)
+
+
 # -- 256-value super-blocks -------------------------------------------------------------------
+# The IQ codebook formats: every group of 8 (IQ2, IQ1) or 4 (IQ3) values is one codebook entry
+# times a sub-block scale, with per-value signs (IQ2, IQ3) or a shared +-1/8 shift (IQ1).
+
+
+def _bit_signs(signs: np.ndarray) -> np.ndarray:
+    """Explicit sign bytes ``[n, k]`` -> ``[n, 8k]`` of +-1 (bit j of byte b: value 8b + j)."""
+    return np.where(_bits(signs, signs.shape[1] * 8) == 1, np.float32(-1), np.float32(1))
+
+
+def _u32(blocks: np.ndarray, start: int, count: int) -> np.ndarray:
+    return np.ascontiguousarray(blocks[:, start : start + 4 * count]).view("<u4")
+
+
+def _nibbles_paired(packed: np.ndarray) -> np.ndarray:
+    """``[n, k]`` bytes -> ``[n, 2k]`` 4-bit values, byte b giving value 2b (low nibble) and
+    2b + 1 (high nibble): the IQ formats' packed scales (unlike ``_nibbles``' quants)."""
+    return np.stack([packed & 0xF, packed >> 4], axis=2).reshape(packed.shape[0], -1)
+
+
+def _scaled(
+    d: np.ndarray, factor: np.ndarray, values: np.ndarray, n: int, groups: int
+) -> np.ndarray:
+    """``d * factor`` per sub-block (``factor`` ``[n, groups]``, formed first as in ggml) times
+    ``values`` ``[n, 256]`` split into ``groups`` equal sub-blocks."""
+    dl = _mul(d, factor.astype(np.float32))[:, :, None]
+    return _mul(dl, values.reshape(n, groups, -1)).reshape(-1)
+
+
+def _iq_signs_scales(aux: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ2_XXS / IQ3_XXS u32 words ``[n, 8]`` -> signs ``[n, 256]`` (four 7-bit sign indices
+    at bits 0, 7, 14, 21, each for 8 values) and the 4-bit scale (bits 28..31) ``[n, 8]``."""
+    n = aux.shape[0]
+    idx = (aux[:, :, None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 0x7F
+    return SIGN_PATTERNS[idx].reshape(n, 256), (aux >> 28).astype(np.float32)
+
+
+@implements("GGUF-043")
+def dequantize_iq2_xxs(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ2_XXS: ``d``, then per 32 values two u32: the first holds 4 byte indices into
+    IQ2XXS_GRID (8 values each), the second 4 sign indices and the scale ``ls``; value =
+    ``d * (0.5 + ls) * 0.25`` times the signed grid value."""
+    blocks = _blocks(raw, n_values, QK_K, 66, "IQ2_XXS")
+    n = blocks.shape[0]
+    words = _u32(blocks, 2, 16).reshape(n, 8, 2)
+    grid = IQ2XXS_GRID[np.ascontiguousarray(words[:, :, 0]).view(np.uint8)].reshape(n, 256)
+    signs, ls = _iq_signs_scales(np.ascontiguousarray(words[:, :, 1]))
+    factor = (ls + np.float32(0.5)) * np.float32(0.25)
+    return _scaled(_f16(blocks, 0), factor, grid * signs, n, 8)
+
+
+@implements("GGUF-043")
+def dequantize_iq2_xs(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ2_XS: ``d``, ``qs[32]`` u16 (bits 0..8: IQ2XS_GRID index of 8 values, bits 9..15:
+    sign index), ``scales[8]`` (one 4-bit ``ls`` per 16 values); value =
+    ``d * (0.5 + ls) * 0.25`` times the signed grid value."""
+    blocks = _blocks(raw, n_values, QK_K, 74, "IQ2_XS")
+    n = blocks.shape[0]
+    qs = np.ascontiguousarray(blocks[:, 2:66]).view("<u2")
+    grid = IQ2XS_GRID[qs & 0x1FF].reshape(n, 256)
+    signs = SIGN_PATTERNS[qs >> 9].reshape(n, 256)
+    ls = _nibbles_paired(blocks[:, 66:74]).astype(np.float32)
+    factor = (ls + np.float32(0.5)) * np.float32(0.25)
+    return _scaled(_f16(blocks, 0), factor, grid * signs, n, 16)
+
+
+@implements("GGUF-043")
+def dequantize_iq2_s(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ2_S: ``d``, ``qs[32]`` (low 8 bits of IQ2S_GRID index i), ``signs[32]`` (bit j of
+    byte b: value 8b + j negative), ``qh[8]`` (bits ``2(i%4)..+1`` of ``qh[i//4]``: index bits 8
+    and 9), ``scales[8]`` (4-bit ``ls`` per 16 values); value = ``d*(0.5+ls)*0.25 * ±grid``."""
+    blocks = _blocks(raw, n_values, QK_K, 82, "IQ2_S")
+    n = blocks.shape[0]
+    qh = blocks[:, 66:74, None] >> np.arange(0, 8, 2, dtype=np.uint8)
+    index = blocks[:, 2:34].astype(np.uint16) | ((qh & 3).reshape(n, 32).astype(np.uint16) << 8)
+    grid = IQ2S_GRID[index].reshape(n, 256)
+    ls = _nibbles_paired(blocks[:, 74:82]).astype(np.float32)
+    factor = (ls + np.float32(0.5)) * np.float32(0.25)
+    return _scaled(_f16(blocks, 0), factor, grid * _bit_signs(blocks[:, 34:66]), n, 16)
+
+
+@implements("GGUF-043")
+def dequantize_iq3_xxs(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ3_XXS: ``d``, ``qs[64]`` (byte indices into IQ3XXS_GRID, 4 values each), then per
+    32 values a u32 of 4 sign indices and ``ls``; value = ``d * (0.5 + ls) * 0.5 * ±grid``."""
+    blocks = _blocks(raw, n_values, QK_K, 98, "IQ3_XXS")
+    n = blocks.shape[0]
+    grid = IQ3XXS_GRID[blocks[:, 2:66]].reshape(n, 256)
+    signs, ls = _iq_signs_scales(_u32(blocks, 66, 8))
+    factor = (ls + np.float32(0.5)) * np.float32(0.5)
+    return _scaled(_f16(blocks, 0), factor, grid * signs, n, 8)
+
+
+@implements("GGUF-043")
+def dequantize_iq3_s(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ3_S: ``d``, ``qs[64]`` (low 8 bits of IQ3S_GRID index i, 4 values each), ``qh[8]``
+    (bit ``i % 8`` of ``qh[i // 8]``: index bit 8), ``signs[32]``, ``scales[4]`` (4-bit ``ls``
+    per 32 values); value = ``d * (1 + 2 ls) * ±grid``."""
+    blocks = _blocks(raw, n_values, QK_K, 110, "IQ3_S")
+    n = blocks.shape[0]
+    high = _bits(blocks[:, 66:74], 64).astype(np.uint16) << 8
+    grid = IQ3S_GRID[blocks[:, 2:66].astype(np.uint16) | high].reshape(n, 256)
+    ls = _nibbles_paired(blocks[:, 106:110]).astype(np.float32)
+    return _scaled(_f16(blocks, 0), 1 + 2 * ls, grid * _bit_signs(blocks[:, 74:106]), n, 8)
+
+
+@implements("GGUF-043")
+def dequantize_iq1_s(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ1_S: ``d``, ``qs[32]`` (low 8 bits of IQ1S_GRID index i, 8 values each), ``qh[8]``
+    u16 per 32 values: bits ``3k..3k+2`` are index bits 8..10 of its k-th index, bits 12..14
+    the scale ``ls``, bit 15 the delta's sign; value = ``d * (2 ls + 1) * (grid ± 1/8)``."""
+    blocks = _blocks(raw, n_values, QK_K, 50, "IQ1_S")
+    n = blocks.shape[0]
+    qh = np.ascontiguousarray(blocks[:, 34:50]).view("<u2")  # [n, 8]
+    high = (qh[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7
+    index = blocks[:, 2:34].astype(np.uint16) | (high.reshape(n, 32) << 8)
+    delta = np.where(qh >> 15 == 1, -IQ1S_DELTA, IQ1S_DELTA)[:, :, None, None]
+    shifted = IQ1S_GRID[index].reshape(n, 8, 4, 8) + delta
+    ls = ((qh >> 12) & 7).astype(np.float32)
+    return _scaled(_f16(blocks, 0), 2 * ls + 1, shifted.reshape(n, 256), n, 8)
+
+
+@implements("GGUF-043")
+def dequantize_iq1_m(raw: np.ndarray, n_values: int) -> np.ndarray:
+    """IQ1_M: ``qs[32]`` (low 8 bits of IQ1S_GRID index i), ``qh[16]`` (byte i // 2, low
+    nibble for even i, high for odd: bits 0..2 are index bits 8..10, bit 3 the delta's sign),
+    ``scales`` 4 u16: bits ``3k..3k+2`` of word w are the ``ls`` of values ``64w + 16k`` ..
+    ``+15``; bits 12..15 of word w are bits ``4w..4w+3`` of the fp16 ``d``; value =
+    ``d * (2 ls + 1) * (grid ± 1/8)``."""
+    blocks = _blocks(raw, n_values, QK_K, 56, "IQ1_M")
+    n = blocks.shape[0]
+    words = np.ascontiguousarray(blocks[:, 48:56]).view("<u2")  # [n, 4]
+    d_bits = ((words >> 12) << np.arange(0, 16, 4, dtype=np.uint16)).sum(axis=1, dtype=np.uint16)
+    d = d_bits.view("<f2").astype(np.float32)[:, None]
+    qh = _nibbles_paired(blocks[:, 32:48])  # [n, 32]: one nibble per index
+    index = blocks[:, :32].astype(np.uint16) | ((qh & 7).astype(np.uint16) << 8)
+    delta = np.where(qh >> 3 == 1, -IQ1S_DELTA, IQ1S_DELTA)[:, :, None]
+    shifted = IQ1S_GRID[index] + delta  # [n, 32, 8]
+    ls = (words[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7
+    return _scaled(d, 2 * ls.reshape(n, 16).astype(np.float32) + 1, shifted, n, 16)
 
 
 @implements("GGUF-043")
@@ -397,6 +616,14 @@ BLOCK_FORMATS: dict[int, tuple[str, str]] = {
     GGML_TQ1_0: ("TQ1_0", "dequantize_tq1_0"),
     GGML_TQ2_0: ("TQ2_0", "dequantize_tq2_0"),
     GGML_MXFP4: ("MXFP4", "dequantize_mxfp4"),
+    GGML_NVFP4: ("NVFP4", "dequantize_nvfp4"),
+    GGML_IQ2_XXS: ("IQ2_XXS", "dequantize_iq2_xxs"),
+    GGML_IQ2_XS: ("IQ2_XS", "dequantize_iq2_xs"),
+    GGML_IQ2_S: ("IQ2_S", "dequantize_iq2_s"),
+    GGML_IQ3_XXS: ("IQ3_XXS", "dequantize_iq3_xxs"),
+    GGML_IQ3_S: ("IQ3_S", "dequantize_iq3_s"),
+    GGML_IQ1_S: ("IQ1_S", "dequantize_iq1_s"),
+    GGML_IQ1_M: ("IQ1_M", "dequantize_iq1_m"),
 }
 TYPE_NAMES = {
     GGML_F32: "F32",

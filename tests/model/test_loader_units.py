@@ -49,7 +49,7 @@ def test_q8_0_layout() -> None:
 
 def test_dequantize_refuses_other_types_and_bad_sizes() -> None:
     with pytest.raises(ValueError):
-        dequant.dequantize(np.zeros(66, np.uint8), int(gguf.GGMLQuantizationType.IQ2_XXS), (256,))
+        dequant.dequantize(np.zeros(292, np.uint8), int(gguf.GGMLQuantizationType.Q8_K), (256,))
     with pytest.raises(ValueError):
         dequant.dequantize_q8_0(np.zeros(34, np.uint8), 64)
 

@@ -53,6 +53,7 @@ class LlamaCppTarget(LlamaCppModels, LlamaCppSampling, LlamaCppAllocator, Target
             "decoder.embeddings",
             "decoder.pooling",
             "decoder.non_causal",
+            "decoder.encode",
             "decoder.abort",
             "decoder.kv_dtype",
             "decoder.graph_reuse",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         _d9: decoder.Pooling = t
         _d10: decoder.KvDtype = t
         _d11: decoder.GraphReuse = t
+        _d12: decoder.Encode = t
         _s1: sampling.Chain = t
         _s2: sampling.DefaultChain = t
         _s3: sampling.DryStrings = t

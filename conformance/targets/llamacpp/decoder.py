@@ -40,6 +40,10 @@ class InvalidOutput(EngineError):
     """llama.cpp returned NULL for an output read."""
 
 
+class EncodeUnsupported(EngineError):
+    """llama_encode on a context with memory, which llama.cpp 0.3.36 does not survive."""
+
+
 def _refuse_aborting_context(model: Any, params: dict[str, Any]) -> None:
     """llama.cpp 0.3.36 aborts the process while creating some contexts; refuse them instead:
     more sequences than output rows (n_seq_max > n_outputs_max, output_reserve's assert), and a
@@ -123,6 +127,28 @@ class LlamaCppDecodeContext:
         if code == 0:
             self._n_outputs = self._count_outputs(batch)
         elif code not in (-1, 1):
+            self._n_outputs = 0
+        return code
+
+    def encode(self, batch: Batch) -> int:
+        """``llama_encode`` on a context without memory (an encoder-only model such as bert):
+        every token an output. llama.cpp 0.3.36 crashes on the rest, so they are refused here
+        first: a context with memory (a decoder model: llama_encode ends in a segmentation
+        fault, measured on the ``gqa`` fixture) and a batch above n_ubatch
+        (GGML_ASSERT(n_ubatch >= n_tokens)), which returns -1 as decode does."""
+        if not isinstance(batch, Batch):
+            raise TypeError(f"encode expects a Batch, got {type(batch).__name__}")
+        if self._ctx.has_memory():
+            raise EncodeUnsupported(
+                "DEC_ENCODE_UNSUPPORTED",
+                "llama_encode on a context with memory (a decoder model) crashes llama.cpp",
+            )
+        if batch.n_tokens > self.n_ubatch():
+            return -1
+        code = self._ctx.encode(batch)
+        if code == 0:
+            self._n_outputs = batch.n_tokens
+        elif code != -1:
             self._n_outputs = 0
         return code
 

@@ -339,6 +339,14 @@ class LlamaCppContext:
         arrays = _BatchArrays(batch)
         return int(lc.llama_decode(self.ptr, arrays.batch))
 
+    def encode(self, batch: Batch) -> int:
+        """``llama_encode``: 0 ok, -1 invalid batch, 2 aborted, < -1 fatal."""
+        arrays = _BatchArrays(batch)
+        return int(lc.llama_encode(self.ptr, arrays.batch))
+
+    def has_memory(self) -> bool:
+        return bool(lc.llama_get_memory(self.ptr))
+
     def logits_ith(self, i: int) -> np.ndarray | None:
         """A copy of the logits of batch token ``i`` (negative: the i-th output from the end),
         or None when that token has no logits (``llama_get_logits_ith``)."""
