@@ -174,7 +174,7 @@ class Generator:
 
     # ------------------------------------------------------------------ the loop
 
-    @implements("PHASE-005")
+    @implements("PHASE-005", "GEN-022")
     def _step(self, phase: str, step: int, **kw: Any) -> TraceStep:
         s = TraceStep(seq_no=self._seq_no, phase=phase, step=step, **kw)
         self._seq_no += 1
@@ -195,6 +195,8 @@ class Generator:
         "GEN-017",
         "GEN-019",
         "GEN-021",
+        "GEN-022",
+        "GEN-023",
         "PHASE-001",
         "PHASE-002",
         "PHASE-003",
@@ -205,7 +207,7 @@ class Generator:
     )
     def generate(self, req: GenerationRequest) -> GenerationResult:
         trace: list[TraceStep] = []
-        self._seq_no = 0
+        self._seq_no = 0  # every trace numbers its records from 0 (GEN-022)
         has_strings = any(isinstance(p, str) for p in req.prompts)
         prompts, limits = self._validate(req)
         if has_strings:
@@ -266,7 +268,7 @@ class Generator:
             )
             trace.append(st)
             active = self._advance(active, nxt, tokens, reasons, limits, stops, pos, st)
-        trace.append(self._step("done", step + 1))
+        trace.append(self._step("done", step + 1))  # one past the last decode step (GEN-023)
         return GenerationResult(tokens, reasons, trace, {s: prompts[s] for s in range(n)})
 
     @implements("GEN-003", "GEN-004", "GEN-010")

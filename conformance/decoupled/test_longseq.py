@@ -129,3 +129,56 @@ def test_the_first_chunks_are_exact(target: Any) -> None:
     n_exact = LONG["local_window"] + LONG["q_chunk"]  # chunks with t0 <= local_window
     assert_close(exact[:, :n_exact], approx[:, :n_exact], atol=1e-5, rtol=1e-5, what="exact part")
     assert (exact[:, n_exact:] - approx[:, n_exact:]).abs().max() > 1e-3
+
+
+def _summarizer_model(
+    target: Any,
+    kind: str,
+    alpha: float,
+    layers: tuple[int, ...],
+    kernel: tuple[float, ...] = (0.0, 0.0, 0.0),
+    factor: float = 0.0,
+) -> Any:
+    """The seed-31 model with residual scale ``alpha`` in the k and v summarizers of ``layers``,
+    every channel's conv kernel set to ``kernel`` and the linear weight to ``factor``·I."""
+    model = target.decoupled_model({**LONG, "summarizer": kind}, seed=31)
+    w = model.weights()
+    for layer in layers:
+        for part in ("k", "v"):
+            pre = f"blocks.{layer}.attn.mem.{part}."
+            w[pre + "alpha"] = torch.tensor(alpha)
+            conv = w[pre + "conv.weight"]  # [hd, 1, 3]
+            w[pre + "conv.weight"] = torch.tensor(kernel).expand_as(conv)
+            n = w[pre + "linear.weight"].shape[0]
+            w[pre + "linear.weight"] = factor * torch.eye(n)
+    model.load_weights(w)
+    return model
+
+
+@pytest.mark.invariant("DBA-018")
+@pytest.mark.requires("decoupled.model")
+@pytest.mark.parametrize(
+    ("kernel", "layers"),
+    [
+        ((0.0, 1.0, 0.0), (0, 1)),  # identity: mem_block outputs averaged, any keys
+        ((1.0, 0.0, 0.0), (0,)),  # shifts: the zero at one end of the block drops a token
+        ((0.0, 0.0, 1.0), (0,)),
+        ((0.25, 0.5, 0.25), (0,)),
+    ],
+)
+def test_conv_summary_with_a_nonzero_scale(
+    target: Any, kernel: tuple[float, float, float], layers: tuple[int, ...]
+) -> None:
+    """Tokens repeat within each memory block, so layer 0's keys and values are constant over a
+    block and the zero-padded conv mean is ``(w0 + w1 + w2 - (w0 + w2)/mem_block)·mean``: the
+    linear summarizer with that factor times the identity must give the same logits."""
+    m = LONG["mem_block"]
+    per_block = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(35))
+    toks = per_block.repeat_interleave(m, dim=1)  # [1, 64], 8 blocks of one token each
+    factor = sum(kernel) - (kernel[0] + kernel[2]) / m
+    conv = _summarizer_model(target, "conv", 0.75, layers, kernel=kernel).approx_logits(toks)
+    linear = _summarizer_model(target, "linear", 0.75, layers, factor=factor).approx_logits(toks)
+    assert_close(linear, conv, atol=1e-5, rtol=1e-5, what=f"conv kernel {kernel} vs linear")
+    # the check has teeth: the summaries move the logits far beyond the tolerance
+    mean = _summarizer_model(target, "linear", 0.0, layers).approx_logits(toks)
+    assert (conv - mean).abs().max() > 0.1

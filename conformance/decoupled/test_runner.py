@@ -117,3 +117,28 @@ def test_generate_given_or_derived_policy_gives_the_same_tokens(target: Any) -> 
     derived = tokens("--kv-quant", "fused", "--kv-resid", "2")
     assert derived[:2] == [4, 8] and len(derived) == 5, derived
     assert tokens("--kv-policy", "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=2") == derived
+
+
+@pytest.mark.invariant("DBA-017")
+@pytest.mark.parametrize("argv", [[], ["--null-attn", "yes"], ["--null-attn", "no"]])
+def test_drift_measures_a_model_without_null_token(
+    target: Any, tmp_path: Path, argv: list[str]
+) -> None:
+    rows = _summary(target, tmp_path, "drift", "--length", "32", "--batch", "1", *argv)
+    assert rows["Null Attention"] == "Inactive", rows
+    assert rows["Drift"] in ("within bounds", "OUT OF BOUNDS"), rows  # the drift was measured
+
+
+@pytest.mark.invariant("DBA-017")
+@pytest.mark.requires("decoupled.model")
+def test_drift_refuses_a_checkpoint_with_null_token(target: Any, tmp_path: Path) -> None:
+    from conformance.decoupled import _model as M
+
+    ckpt = tmp_path / "null.safetensors"
+    target.decoupled_model(M.NULL, seed=3).save(str(ckpt))
+    path = tmp_path / "summary.json"
+    argv = ["drift", "--checkpoint", str(ckpt), "--length", "32", "--summary-json", str(path)]
+    rc, out, err = target.decoupled_runner(argv)
+    assert rc == 1, f"exit {rc}: {err}"
+    assert "DBA_APPROX_NULL" in err, err
+    assert out == "" and not path.exists(), "nothing may be reported for a refused checkpoint"

@@ -304,3 +304,57 @@ def test_generator_uses_only_the_public_context_api(make_gen: Callable[..., Gene
     assert set(used) <= allowed
     n_decode_calls = sum(len(st.calls) for st in res.trace)
     assert used.count("decode") == n_decode_calls
+
+
+@pytest.mark.requires("tokenizer.tokenize")
+@pytest.mark.invariant("GEN-022")
+def test_seq_no_counts_from_zero_in_every_trace(make_gen: Callable[..., Generator]) -> None:
+    """A reused generator numbers each new trace ``0, 1, 2, ...`` again, with no gap."""
+    gen = make_gen(n_seq_max=2)
+    requests: list[dict[str, Any]] = [
+        {"prompts": ["Hello world", prompt(3)], "max_tokens": [3, 2], "use_eos": False},
+        {"prompts": [prompt(4)], "max_tokens": 4, "use_eos": False},
+        {"prompts": [prompt(2)], "max_tokens": 1},
+    ]
+    for k, req in enumerate(requests):
+        res = run(gen, **req)
+        seq = [s.seq_no for s in res.trace]
+        assert seq == list(range(len(res.trace))), f"request {k}: seq_no {seq}"
+
+
+@pytest.mark.invariant("GEN-022", "GEN-023")
+@pytest.mark.requires("decoder.abort")
+def test_numbering_after_a_failed_request(make_gen: Callable[..., Generator]) -> None:
+    """The error record carries the failed step's number; the next trace starts at 0 again."""
+    gen = make_gen(n_seq_max=1)
+    gen.ctx.set_abort_callback(lambda: bool(gen.ctx.seq_pos_max(0) == 5))  # decode step 2
+    with raises_code("GEN_DECODE_FAILED", exc=GeneratorError) as exc:
+        run(gen, prompts=[prompt(4)], max_tokens=8, use_eos=False)
+    trace = exc.value.trace
+    assert trace is not None
+    assert [(s.phase, s.step, s.seq_no) for s in trace] == [
+        ("prefill", 0, 0),
+        ("decode", 1, 1),
+        ("error", 2, 2),
+    ]
+    # one decode step (position 4): the callback, still set, does not fire
+    res = run(gen, prompts=[prompt(4)], max_tokens=2, use_eos=False)
+    assert [(s.phase, s.step, s.seq_no) for s in res.trace] == [
+        ("prefill", 0, 0),
+        ("decode", 1, 1),
+        ("done", 2, 2),
+    ]
+
+
+@pytest.mark.requires("tokenizer.tokenize")
+@pytest.mark.invariant("GEN-023")
+@pytest.mark.parametrize(("limits", "n_decode"), [([4, 2], 3), ([1, 1], 0), ([2, 6], 5)])
+def test_done_follows_the_last_decode_step(
+    make_gen: Callable[..., Generator], limits: list[int], n_decode: int
+) -> None:
+    """tokenize and prefill are step 0, decode steps 1..n, and ``done`` is step n + 1."""
+    gen = make_gen(n_seq_max=2)
+    res = run(gen, prompts=["Hello world", prompt(4, start=9)], max_tokens=limits, use_eos=False)
+    expected = [("tokenize", 0), ("prefill", 0)]
+    expected += [("decode", t) for t in range(1, n_decode + 1)] + [("done", n_decode + 1)]
+    assert [(s.phase, s.step) for s in res.trace] == expected

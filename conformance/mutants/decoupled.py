@@ -1,5 +1,5 @@
 """Mutants of the decoupled area: the decoupled attention call and cache (DBA-001..DBA-004) and
-the decoupled model (reference_impl/decoupled, DBA-005..DBA-016), each with one deliberate
+the decoupled model (reference_impl/decoupled, DBA-005..DBA-018), each with one deliberate
 defect in a rule of spec/decoupled.md.
 
 Each patch replaces a module-level function or a method of the kernels' Python wrapper, the
@@ -181,6 +181,21 @@ def _summarizer_without_alpha(orig: Any) -> Any:
     return forward
 
 
+def _conv_circular(orig: Any) -> Any:
+    def forward(self: Any, blocks: Any, kind: str) -> Any:
+        if kind != "conv":
+            return orig(self, blocks, kind)
+        mean = blocks.mean(dim=3)
+        b, h, n, m, hd = blocks.shape
+        seq = blocks.reshape(b * h * n, m, hd).transpose(1, 2)
+        # the defect: the block wraps around instead of being padded with zeros
+        padded = torch.nn.functional.pad(seq, (1, 1), mode="circular")
+        conv = torch.nn.functional.conv1d(padded, self.conv.weight, groups=hd)
+        return mean + self.alpha * conv.mean(dim=-1).reshape(b, h, n, hd)
+
+    return forward
+
+
 def _upper_left(_orig: Any) -> Any:
     def chunk_mask(n_queries: int, n_keys: int, aligned: str = "bottom-right") -> Any:
         i = torch.arange(n_queries)[:, None]
@@ -268,6 +283,29 @@ def _patch_summarizer(target: Any) -> Any:
     cls = longseq._Summarizer
     cls.forward = _summarizer_without_alpha(cls.forward)  # type: ignore[method-assign]
     return target
+
+
+def _patch_conv_circular(target: Any) -> Any:
+    from reference_impl.decoupled import longseq
+
+    cls = longseq._Summarizer
+    cls.forward = _conv_circular(cls.forward)  # type: ignore[method-assign]
+    return target
+
+
+def _drift_model_with_null(_orig: Any) -> Any:
+    def _model(args: argparse.Namespace) -> Any:
+        from reference_impl.decoupled import checkpoint
+        from reference_impl.decoupled.config import DecoupledConfig
+        from reference_impl.decoupled.model import DecoupledLM
+
+        if args.checkpoint:
+            return checkpoint.load(args.checkpoint), args.checkpoint
+        # the defect: drift builds its random model with --null-attn like the other commands
+        cfg = DecoupledConfig(null_attn=args.null_attn == "yes")
+        return DecoupledLM(cfg, seed=args.seed), f"random (seed {args.seed})"
+
+    return _model
 
 
 MUTANTS = [
@@ -396,5 +434,19 @@ MUTANTS = [
         "the summary reports null attention fused-capable without the kernels' eligibility rule",
         ("DBA-015",),
         _patch(RUNNER, "null_attention_status", _status_ignores_policy),
+    ),
+    Mutant(
+        "dba-drift-model-with-null",
+        "decoupled",
+        "the drift command builds its random model with a null token when --null-attn says yes",
+        ("DBA-017",),
+        _patch(RUNNER, "_model", _drift_model_with_null),
+    ),
+    Mutant(
+        "dba-conv-summarizer-circular",
+        "decoupled",
+        "the conv memory summarizer pads each block circularly instead of with zeros",
+        ("DBA-018",),
+        _patch_conv_circular,
     ),
 ]

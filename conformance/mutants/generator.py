@@ -200,6 +200,37 @@ def _dist_burns_first_draw(target: Any) -> Any:
     return target
 
 
+def _seq_no_not_reset(target: Any) -> Any:
+    from reference_impl.generator import Generator, TraceStep
+
+    counter = {"next": 0}
+
+    def _step(self: Generator, phase: str, step: int, **kw: Any) -> TraceStep:
+        # the defect: one counter for the generator's lifetime, so a reused generator's next
+        # trace goes on from the previous one's last seq_no
+        s = TraceStep(seq_no=counter["next"], phase=phase, step=step, **kw)
+        counter["next"] += 1
+        return s
+
+    Generator._step = _step  # type: ignore[method-assign]
+    return target
+
+
+def _done_step_skips_one(target: Any) -> Any:
+    from reference_impl.generator import Generator
+
+    original = Generator.generate
+
+    def generate(self: Generator, req: Any) -> Any:
+        res = original(self, req)
+        if res.trace and res.trace[-1].phase == "done":
+            res.trace[-1].step += 1  # the defect: done is numbered n + 2
+        return res
+
+    Generator.generate = generate  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "gen-stop-token-returned",
@@ -257,5 +288,19 @@ MUTANTS = [
         ("GEN-021",),
         _dist_burns_first_draw,
         black_box=True,
+    ),
+    Mutant(
+        "gen-seq-no-not-reset",
+        "generator",
+        "a reused generator numbers its next trace on from the previous trace's seq_no",
+        ("GEN-022",),
+        _seq_no_not_reset,
+    ),
+    Mutant(
+        "gen-done-step-skips-one",
+        "generator",
+        "the closing done record has step n + 2 instead of one past the last decode step",
+        ("GEN-023",),
+        _done_step_skips_one,
     ),
 ]

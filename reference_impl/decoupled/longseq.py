@@ -41,7 +41,7 @@ class _Summarizer(nn.Module):
         self.conv = nn.Conv1d(hd, hd, kernel_size=3, padding=1, groups=hd, bias=False)
         self.alpha = nn.Parameter(torch.zeros(()))  # residual scale: 0 = exactly the mean
 
-    @implements("DBA-008")
+    @implements("DBA-008", "DBA-018")
     def forward(self, blocks: torch.Tensor, kind: str) -> torch.Tensor:
         """``blocks [B, H, n, mem_block, hd] -> [B, H, n, hd]``."""
         mean = blocks.mean(dim=3)

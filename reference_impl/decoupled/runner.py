@@ -167,11 +167,12 @@ class Summary:
         return dict(self.rows)
 
 
+@implements("DBA-017")
 def _model(args: argparse.Namespace) -> tuple[DecoupledLM, str]:
     if args.checkpoint:
         return checkpoint.load(args.checkpoint), args.checkpoint
     cfg = DecoupledConfig(null_attn=args.null_attn == "yes")
-    if args.command == "drift":
+    if args.command == "drift":  # the long-sequence approximation has no null token (DBA-017)
         cfg = DecoupledConfig(null_attn=False)
     return DecoupledLM(cfg, seed=args.seed), f"random (seed {args.seed})"
 
