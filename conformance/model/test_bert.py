@@ -1,5 +1,5 @@
-"""bert: an encoder-only model through a context without memory (spec/model.md GGUF-052;
-spec/decoder.md DEC-048, DEC-066).
+"""bert: an encoder-only model's graph (spec/model.md GGUF-052, spec/decoder.md DEC-048); the
+context without memory it runs in is checked in conformance/decoder/test_no_memory.py.
 
 The ``bert`` fixture (2 layers, 32-value embeddings, 4 heads, 64 learned positions, 2 token
 types, MEAN pooling by default, WordPiece vocabulary) has no output head: its contexts give
@@ -27,27 +27,14 @@ from conformance.fixtures.bert_model import (
     bert_fixture_path,
     write_bert_gguf,
 )
-from conformance.gate import cached
 from conformance.model import oracle
+from conformance.model.bert_cases import CLS, NMSE_BAR, PROMPTS, SEP, bert_context, read
 
 NAME = "bert"
 CFG = BERT_FIXTURES[NAME]
-NMSE_BAR = 1e-6  # F32 weights: both engines compute the same float32 function
-CLS, SEP = 2, 3  # [CLS] and [SEP] in the WordPiece fixture vocabulary
-PROMPTS: dict[str, list[int]] = {
-    "one": [CLS],
-    "short": [CLS, 40, 311, 95, SEP],
-    # 48 tokens (of the 64 positions), ids spread over the vocabulary
-    "long": [CLS, *((37 * i + 11) % 700 + 5 for i in range(46)), SEP],
-}
 POOLINGS = list(BERT_POOLING)  # none, mean, cls, last
 
 pytestmark = pytest.mark.requires("model.load", "model.arch.bert")
-
-
-def _context(engine: Any, path: Path | str, **params: Any) -> Any:
-    model = cached(engine, "load_model", str(path))
-    return engine.new_context(model, **{"n_ctx": 64, "n_batch": 64, "n_ubatch": 64, **params})
 
 
 def pool(hidden: np.ndarray, pooling: str) -> np.ndarray:
@@ -61,16 +48,9 @@ def pool(hidden: np.ndarray, pooling: str) -> np.ndarray:
     return hidden
 
 
-def read(ctx: Any, pooling: str, seqs: Sequence[int], n_tokens: int) -> np.ndarray:
-    """Per-token rows in batch order (NONE) or the pooled row of each of ``seqs``."""
-    if pooling == "none":
-        return np.stack([np.asarray(ctx.get_embeddings_ith(i)) for i in range(n_tokens)])
-    return np.stack([np.asarray(ctx.get_embeddings_seq(s)) for s in seqs])
-
-
 def encode(engine: Any, b: Any, pooling: str, seqs: Sequence[int], **params: Any) -> np.ndarray:
     """A fresh bert context of ``engine`` decodes ``b``; its embeddings (see :func:`read`)."""
-    ctx = _context(
+    ctx = bert_context(
         engine,
         bert_fixture_path(),
         embeddings=True,
@@ -161,60 +141,6 @@ def test_multi_sequence_batch_matches_peer(
     request.node.user_properties.append(("nmse_vs_peer", err))
 
 
-@pytest.mark.invariant("DEC-048", "DEC-066")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.memory_ops")
-def test_decode_keeps_nothing(target: Any) -> None:
-    # decode on a context without memory encodes: a second batch without positions starts
-    # at position 0 again and sees nothing of the first, and the memory reports no position
-    ctx = _context(target, bert_fixture_path(), embeddings=True)  # the model's MEAN pooling
-    first, second = PROMPTS["long"][:20], PROMPTS["short"]
-    assert ctx.decode(batch(first, pos=list(range(len(first))), all_out=True)) == 0
-    assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (-1, -1)
-    assert ctx.decode(batch(second)) == 0  # positions and output flags left to the engine
-    want = oracle.bert_embeddings(bert_fixture_path(), second).mean(axis=0)
-    assert_nmse(want, ctx.get_embeddings_seq(0), NMSE_BAR, "second batch")
-    assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (-1, -1)
-
-
-@pytest.mark.invariant("DEC-066")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.memory_ops")
-def test_memory_ops_act_on_nothing(target: Any) -> None:
-    ctx = _context(target, bert_fixture_path(), embeddings=True, n_seq_max=2)
-    toks = PROMPTS["short"]
-    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
-    before = np.asarray(ctx.get_embeddings_seq(0)).copy()
-    assert ctx.seq_rm(0, -1, -1) is True
-    assert ctx.seq_rm(0, 1, 3) is True
-    ctx.seq_cp(0, 1, -1, -1)
-    ctx.seq_keep(0)
-    ctx.seq_add(0, 0, -1, 5)
-    ctx.seq_div(0, 0, -1, 2)
-    ctx.memory_clear(True)
-    for s in (0, 1):
-        assert (ctx.seq_pos_min(s), ctx.seq_pos_max(s)) == (-1, -1), f"sequence {s}"
-    # the operations changed nothing: the last outputs stay, the same batch encodes the same
-    assert np.array_equal(np.asarray(ctx.get_embeddings_seq(0)), before)
-    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
-    assert np.array_equal(np.asarray(ctx.get_embeddings_seq(0)), before)
-
-
-@pytest.mark.invariant("DEC-048", "DEC-066")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.memory_ops")
-def test_decode_keeps_nothing_like_peer(target: Any, peer: Any) -> None:
-    def run(engine: Any) -> tuple[np.ndarray, list[int]]:
-        ctx = _context(engine, bert_fixture_path(), embeddings=True, n_seq_max=2)
-        assert ctx.decode(batch(PROMPTS["long"][:20], seqs=[[1]] * 20)) == 0
-        assert ctx.decode(batch(PROMPTS["short"])) == 0
-        seen = [ctx.seq_pos_min(0), ctx.seq_pos_max(0), ctx.seq_pos_max(1)]
-        seen.append(int(ctx.seq_rm(1, 0, -1)))
-        return np.asarray(ctx.get_embeddings_seq(0), dtype=np.float64), seen
-
-    ours, ours_seen = run(target)
-    theirs, theirs_seen = run(peer)
-    assert ours_seen == theirs_seen
-    assert_nmse(theirs, ours, NMSE_BAR, "second batch vs the peer")
-
-
 # -- the file's keys ------------------------------------------------------------------------------
 
 KEY = "bert."
@@ -246,7 +172,7 @@ def variant_files(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], P
 
 
 def _token_rows(engine: Any, path: Path, toks: list[int]) -> np.ndarray:
-    ctx = _context(engine, path, embeddings=True, pooling=0)
+    ctx = bert_context(engine, path, embeddings=True, pooling=0)
     assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
     return read(ctx, "none", [0], len(toks)).astype(np.float64)
 
@@ -277,7 +203,7 @@ def test_model_pooling_is_the_default(pooling: str, target: Any, tmp_path: Path)
         override_keys={KEY + "pooling_type": BERT_POOLING[pooling]},
     )
     toks = PROMPTS["short"]
-    ctx = _context(target, path, embeddings=True)
+    ctx = bert_context(target, path, embeddings=True)
     assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
     want = pool(oracle.bert_embeddings(path, toks), pooling)
     assert_nmse(want, np.asarray(ctx.get_embeddings_seq(0)), NMSE_BAR, pooling)
@@ -297,7 +223,7 @@ def test_causal_key_sets_the_context_attention(
     toks = PROMPTS["long"][:30]  # within the causal context's n_batch of 32
     rows = {}
     for name, engine in (("target", target), ("peer", peer)):
-        ctx = _context(
+        ctx = bert_context(
             engine, path, n_ctx=32, n_batch=128, n_ubatch=128, embeddings=True, pooling=0
         )
         assert ctx.n_batch() == (32 if causal else 128), name
@@ -305,36 +231,6 @@ def test_causal_key_sets_the_context_attention(
         rows[name] = read(ctx, "none", [0], len(toks)).astype(np.float64)
     assert_nmse(oracle.bert_embeddings(path, toks), rows["target"], NMSE_BAR, "vs the oracle")
     assert_nmse(rows["peer"], rows["target"], NMSE_BAR, "vs the peer")
-
-
-@pytest.mark.invariant("DEC-048")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.errors")
-def test_decode_beyond_n_ubatch_refused(target: Any) -> None:
-    # encode runs one ubatch: a decode (an encode) of more tokens than n_ubatch is refused
-    # (llama.cpp aborts: GGML_ASSERT in encode, spec/decoder.md D1)
-    ctx = _context(target, bert_fixture_path(), n_batch=64, n_ubatch=16, embeddings=True)
-    toks = PROMPTS["long"][:17]
-    assert ctx.decode(batch(toks, pos=list(range(17)), all_out=True)) == -1
-    assert ctx.last_error is not None and ctx.last_error.code == "DEC_UBATCH_TOO_SMALL"
-    assert ctx.decode(batch(toks[:16], pos=list(range(16)), all_out=True)) == 0
-
-
-@pytest.mark.invariant("DEC-067")
-@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling", "decoder.errors")
-def test_position_beyond_the_table_refused(target: Any) -> None:
-    # 64 learned positions: position 64 is refused before anything runs (llama.cpp stops the
-    # process on the row lookup, decision D1); the last one, 63, encodes
-    ctx = _context(target, bert_fixture_path(), embeddings=True, pooling=0)
-    toks = PROMPTS["short"]
-    n = CFG.n_ctx_train
-    assert ctx.decode(batch(toks, pos=list(range(n - 4, n + 1)), all_out=True)) == -1
-    err = ctx.last_error
-    assert err is not None
-    assert (err.code, err.field, err.index) == ("DEC_POS_RANGE", "pos", 4)
-    pos = list(range(n - len(toks), n))
-    assert ctx.decode(batch(toks, pos=pos, all_out=True)) == 0
-    got = read(ctx, "none", [0], len(toks))
-    assert_nmse(oracle.bert_embeddings(bert_fixture_path(), toks, pos), got, NMSE_BAR, "last")
 
 
 BAD_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
