@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -216,6 +217,15 @@ def _dry_breakers_ignored(_: Any) -> Callable[..., int]:
     return repeat_cap
 
 
+def _dry_always_unsorted(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
+    def dry(cur: TokenDataArray, *args: Any) -> TokenDataArray:
+        out = original(cur, *args)
+        # the defect: a window too short to look at still marks the array unsorted
+        return out if out is not cur else cur.with_logits(cur.logits.copy(), sorted=False)
+
+    return dry
+
+
 def _xtc_keeps_first(_: Any) -> Callable[..., TokenDataArray]:
     def xtc(cur: TokenDataArray, threshold: float, min_keep: int) -> TokenDataArray:
         from reference_impl.sampling import numerics
@@ -268,6 +278,18 @@ def _feedback_accepts_everything(target: Any) -> Any:
         self._pending = None
 
     samplers.AdaptiveP.accept = accept  # type: ignore[method-assign]
+    return target
+
+
+def _adaptive_clone_copies_stream(target: Any) -> Any:
+    original = samplers.AdaptiveP.clone
+
+    def clone(self: samplers.AdaptiveP) -> Any:
+        other: Any = original(self)
+        other._rng = copy.deepcopy(self._rng)  # the defect: the clone continues the stream
+        return other
+
+    samplers.AdaptiveP.clone = clone  # type: ignore[method-assign]
     return target
 
 
@@ -495,6 +517,13 @@ MUTANTS = [
         _patch("reference_impl.sampling.dry", "repeat_cap", _dry_breakers_ignored),
     ),
     Mutant(
+        "smp-dry-short-window-unsorted",
+        "sampling",
+        "DRY marks the array unsorted even when its window is not longer than allowed_length",
+        ("SMP-080",),
+        _patch("reference_impl.sampling.dry", "dry", _dry_always_unsorted),
+    ),
+    Mutant(
         "smp-xtc-keeps-first",
         "sampling",
         "XTC keeps the most likely top choice instead of the least likely one",
@@ -528,6 +557,13 @@ MUTANTS = [
         "adaptive-p updates its moving average for any accepted token, not only its selection",
         ("SMP-083",),
         _feedback_accepts_everything,
+    ),
+    Mutant(
+        "smp-adaptive-p-clone-continues-stream",
+        "sampling",
+        "adaptive-p's clone continues the original's random stream instead of reseeding",
+        ("SMP-083",),
+        _adaptive_clone_copies_stream,
     ),
     Mutant(
         "smp-no-mass-selected",

@@ -145,6 +145,28 @@ def run_steps(
     return rows
 
 
+def cpu_oracle_rows(
+    target: Any,
+    new_ctx: Callable[..., Any],
+    spec: list[Any],
+    plan: list[dict[int, bool]],
+    oracle: Any = None,
+) -> list[tuple[int, int, int, int]]:
+    """:func:`run_steps` with ``spec`` attached to every sequence (one seed each), the expected
+    token of a row being ``sampler_sample`` of that sequence's CPU chain on ``oracle`` (the
+    target itself unless another engine is given)."""
+    engine = target if oracle is None else oracle
+    specs = {s: _with_seed(spec, s) for s in PROMPTS}
+    with cpu_chains(engine, specs) as cpu:
+        return run_steps(
+            target,
+            new_ctx,
+            specs,
+            lambda s, logits: int(engine.sampler_sample(cpu[s], logits)),
+            plan,
+        )
+
+
 def assert_same_tokens(rows: list[tuple[int, int, int, int]]) -> None:
     wrong = [r for r in rows if r[2] != r[3]]
     assert not wrong, (
@@ -161,15 +183,7 @@ ALL_OUTPUTS = [dict.fromkeys(PROMPTS, True)] * 6
 def test_backend_token_equals_the_cpu_chain(
     target: Any, new_ctx: Callable[..., Any], spec: list[Any]
 ) -> None:
-    specs = {s: _with_seed(spec, s) for s in PROMPTS}
-    with cpu_chains(target, specs) as cpu:
-        rows = run_steps(
-            target,
-            new_ctx,
-            specs,
-            lambda s, logits: int(target.sampler_sample(cpu[s], logits)),
-            ALL_OUTPUTS,
-        )
+    rows = cpu_oracle_rows(target, new_ctx, spec, ALL_OUTPUTS)
     assert len(rows) == 18
     assert_same_tokens(rows)
 
@@ -180,15 +194,7 @@ def test_backend_token_equals_the_cpu_chain(
 def test_backend_token_equals_the_peer_cpu_chain(
     target: Any, peer: Any, new_ctx: Callable[..., Any], spec: list[Any]
 ) -> None:
-    specs = {s: _with_seed(spec, s) for s in PROMPTS}
-    with cpu_chains(peer, specs) as cpu:
-        rows = run_steps(
-            target,
-            new_ctx,
-            specs,
-            lambda s, logits: int(peer.sampler_sample(cpu[s], logits)),
-            ALL_OUTPUTS,
-        )
+    rows = cpu_oracle_rows(target, new_ctx, spec, ALL_OUTPUTS, oracle=peer)
     assert_same_tokens(rows)
 
 
@@ -216,15 +222,7 @@ GAPPY = [
 def test_backend_dist_draws_once_per_output_row(
     target: Any, new_ctx: Callable[..., Any], spec: list[Any]
 ) -> None:
-    specs = {s: _with_seed(spec, s) for s in PROMPTS}
-    with cpu_chains(target, specs) as cpu:
-        rows = run_steps(
-            target,
-            new_ctx,
-            specs,
-            lambda s, logits: int(target.sampler_sample(cpu[s], logits)),
-            GAPPY,
-        )
+    rows = cpu_oracle_rows(target, new_ctx, spec, GAPPY)
     assert [(step, s) for step, s, *_ in rows] == [
         (0, 2), (0, 1), (0, 0), (1, 0), (2, 2), (2, 0), (3, 1),
         (4, 2), (4, 1), (5, 0), (6, 2), (6, 1), (6, 0),

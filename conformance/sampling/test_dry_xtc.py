@@ -21,7 +21,9 @@ XTC_CAPS = ("sampling.chain", "sampling.xtc")
 
 
 def dry_entry(**params: Any) -> list[Any]:
-    return ["dry", {"multiplier": 0.8, "base": 1.75, "allowed_length": 2} | params]
+    """A DRY chain entry; a parameter given as None is left out (the sampler's default)."""
+    merged = {"multiplier": 0.8, "base": 1.75, "allowed_length": 2} | params
+    return ["dry", {k: v for k, v in merged.items() if v is not None}]
 
 
 def after_history(target: Any, spec: Any, history: list[int], cur: TokenDataArray) -> Any:
@@ -67,6 +69,16 @@ DRY_CASES: list[tuple[str, dict[str, Any], list[int], dict[int, int]]] = [
     ("single-token-breaker-spared", {"penalty_last_n": 20, "allowed_length": 1, "breakers": [[5]]}, [1, 5, 2, 1], {}),
     ("single-token-breaker-absent", {"penalty_last_n": 20, "allowed_length": 1}, [1, 5, 2, 1], {5: 0}),
     ("longest-wins", {"penalty_last_n": 20, "allowed_length": 1}, [4, 1, 2, 5, 2, 6, 1, 2], {5: 1, 6: 0}),
+    # penalty_last_n left out: the default window of 64 holds the run [1, 2] before 3 only
+    # when the history is 64 tokens long
+    ("default-window-keeps-it", {"penalty_last_n": None}, [1, 2, 3, *range(100, 159), 1, 2], {3: 0}),
+    ("default-window-drops-it", {"penalty_last_n": None}, [1, 2, 3, *range(100, 160), 1, 2], {}),
+    # allowed_length left out: the default 2 makes the repeat of 3 cost base^1
+    ("default-allowed-length", {"penalty_last_n": 20, "allowed_length": None}, [1, 2, 3, 4, 1, 2, 3], {4: 1}),
+    # float(1.000001) is not > 1.000001f: no exponent cap at all (a cap of 1 would give base^1)
+    # int(88.7228391 / logf(1e20)) = 1: the cap of 1 holds (an uncapped base^2 is inf)
+    ("huge-base-cap-1", {"penalty_last_n": 20, "base": 1e20}, [1, 2, 3, 4, 5, 1, 2, 3, 4], {5: 1}),
+    ("base-at-cap-threshold", {"penalty_last_n": 20, "base": 1.000001}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8], {9: 6}),
 ]  # fmt: skip
 
 
@@ -95,6 +107,32 @@ def test_dry_marks_unsorted_and_caps_the_exponent(target: Any) -> None:
     assert not out.sorted
     assert out.logits[5] == F32(-penalty(0.8, 3.0, 80)) and np.isfinite(out.logits[5])
     assert np.count_nonzero(out.logits) == 1
+
+
+@pytest.mark.invariant("SMP-080")
+@pytest.mark.requires(*DRY_CAPS)
+@pytest.mark.parametrize(
+    ("params", "history", "untouched"),
+    [
+        ({}, [4, 4], True),  # n == allowed_length: returns before looking for repeats
+        ({}, [4, 4, 4], False),  # n > allowed_length, 4 follows a repeat of 2: penalised
+        ({}, [1, 2, 3], False),  # n > allowed_length, nothing repeats: only marked unsorted
+        ({"penalty_last_n": 2}, [1, 2, 1, 2, 1], True),  # the window, not the history, counts
+        ({"allowed_length": 0}, [], True),
+        ({"allowed_length": 0}, [6], False),  # n = 1 > 0, no earlier position: only unsorted
+        ({"allowed_length": 3}, [5, 6, 5], True),
+        ({"breakers": [[7]]}, [1, 2, 1, 2, 7], True),  # the newest token breaks: cap 0 < 2
+    ],
+)
+def test_dry_early_returns_leave_the_array(
+    target: Any, params: dict[str, Any], history: list[int], untouched: bool
+) -> None:
+    cur = TokenDataArray(np.arange(8, dtype=np.int32), np.zeros(8, F32), np.zeros(8, F32), -1, True)
+    out = after_history(target, [dry_entry(**{"penalty_last_n": 20} | params)], history, cur)
+    if untouched:
+        assert same_array(out, cur), describe(out)
+    else:
+        assert not out.sorted and np.array_equal(out.ids, cur.ids), describe(out)
 
 
 @pytest.mark.invariant("SMP-080", "SMP-011", "SMP-012")
@@ -185,6 +223,12 @@ def dry_after_text(
     engine: Any, vocab: Any, strings: list[str], text: str, allowed: int
 ) -> TokenDataArray:
     history = engine.tokenize(vocab, text, add_special=False)
+    return dry_after_tokens(engine, vocab, strings, history, allowed)
+
+
+def dry_after_tokens(
+    engine: Any, vocab: Any, strings: list[str], history: list[int], allowed: int
+) -> TokenDataArray:
     entry = dry_entry(allowed_length=allowed, penalty_last_n=64, breaker_strings=strings)
     handle = engine.sampler_chain_init_vocab([entry], vocab)
     try:
@@ -210,6 +254,64 @@ def test_dry_breaker_strings_match_peer(
         a = dry_after_text(target, mine, strings, text, allowed)
         b = dry_after_text(peer, theirs, strings, text, allowed)
         assert np.array_equal(a.logits, b.logits), f"{text!r}\n{describe(a)}\n{describe(b)}"
+
+
+GOLDEN_SETS = dict(
+    zip(("none", "common", "ab", "the-cat", "er-o", "long-x", "empty"), STRING_SETS, strict=True)
+)
+
+
+@pytest.mark.invariant("SMP-087", "SMP-080")
+@pytest.mark.requires(*STRINGS_CAPS)
+@pytest.mark.parametrize("name", list(GOLDEN_SETS))
+def test_dry_breaker_strings_golden(target: Any, snapshot: Any, name: str) -> None:
+    """The penalised tokens ({id: logit}) after each text, for allowed lengths 0..2, equal the
+    golden, which llama-cpp-python 0.3.36 wrote (``--target llamacpp --snapshot-update``): the
+    string-to-token rule is checked on a target without a peer at hand."""
+    vocab = fixture_vocab(target)
+    got: dict[str, dict[int, float]] = {}
+    for allowed in (0, 1, 2):
+        for i, text in enumerate(TEXTS):
+            out = dry_after_text(target, vocab, GOLDEN_SETS[name], text, allowed)
+            hit = np.flatnonzero(out.logits != 0.0)
+            got[f"allowed {allowed}, text {i}"] = {
+                int(out.ids[j]): float(out.logits[j]) for j in hit
+            }
+    assert got == snapshot
+
+
+# Token histories [a, H, *T, c, z, a, H, *T, c] of fixture ids: if [H, *T] is a breaker, the
+# newest H caps the repeat before z at 1, otherwise z extends a repeat of len(T) + 3. Ids:
+# 1 <s>, 2 </s>, 261 "a", 263 "c", 277 "q", 284 "x", 286 "z", 341 "at", 379 "▁b".
+GOLDEN_HISTORIES: dict[str, tuple[list[str], list[int]]] = {
+    # "at" ends with "t", the start of "the cat" (not at its first byte): H = 341,
+    # T = tokenize("he cat") = [260, 336, 380, 341]
+    "overlap-inside-token": (["the cat"], [284, 341, 260, 336, 380, 341, 277, 286, 284, 341, 260, 336, 380, 341, 277]),
+    # "<s>" and "</s>" contain "s>" only as rendered special tokens: single-token breakers
+    "rendered-bos": (["s>"], [284, 1, 277, 286, 284, 1, 277]),
+    "rendered-eos": (["s>"], [284, 2, 277, 286, 284, 2, 277]),
+    # the tail "<s>" is tokenized as plain text, not as the token <s>: [261, 1] breaks nothing
+    "tail-not-special": (["a<s>"], [284, 261, 1, 277, 286, 284, 261, 1, 277]),
+    # "q" does not end with "a": [277, 379] (q followed by tokenize("b")) breaks nothing
+    "no-overlap-no-head": (["ab"], [284, 277, 379, 263, 286, 284, 277, 379, 263]),
+}  # fmt: skip
+
+
+@pytest.mark.invariant("SMP-087", "SMP-080")
+@pytest.mark.requires(*STRINGS_CAPS)
+@pytest.mark.parametrize("name", list(GOLDEN_HISTORIES))
+def test_dry_breaker_strings_over_token_histories_golden(
+    target: Any, snapshot: Any, name: str
+) -> None:
+    """As the golden above, over crafted token histories (written by llama-cpp-python 0.3.36)."""
+    vocab = fixture_vocab(target)
+    strings, history = GOLDEN_HISTORIES[name]
+    got: dict[str, dict[int, float]] = {}
+    for allowed in (0, 1):
+        out = dry_after_tokens(target, vocab, strings, history, allowed)
+        hit = np.flatnonzero(out.logits != 0.0)
+        got[f"allowed {allowed}"] = {int(out.ids[j]): float(out.logits[j]) for j in hit}
+    assert got == snapshot
 
 
 @pytest.mark.invariant("SMP-087")

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import raises_code
-from conformance.sampling.support import candidates, chain_of, describe, from_probs
+from conformance.sampling.support import candidates, chain_of, describe, from_probs, same_array
 from conformance.strategies.sampling import seeds, token_arrays
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
@@ -54,6 +54,27 @@ def test_mirostat_v1_degenerate_fits_keep_one_row(target: Any, entry: Any) -> No
         for _ in range(3):
             out = target.sampler_apply(handle, candidates(np.zeros(8, F32)))
             assert out.size == 1 and out.selected == 0 and out.p[0] == F32(1.0), describe(out)
+
+
+@pytest.mark.invariant("SMP-082")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+def test_mirostat_v1_fits_the_first_100_rows_by_default(target: Any) -> None:
+    # Zipf with s = 1.5 over the first 100 rows, then a cliff. Fitted on 100 rows, s = 1.5:
+    # k = int((0.5 * 2^6 / (1 - 120^-0.5))^(1 / 1.5)) = 10 rows stay (mu = 2 tau = 6); a fit
+    # that reaches the cliff (m = 101) finds a steeper s and keeps fewer.
+    logits = (-1.5 * np.log(np.arange(1, 121, dtype=np.float64))).astype(F32)
+    logits[100:] = F32(-40.0)
+    cur = candidates(logits)
+
+    def kept(**extra: int) -> TokenDataArray:
+        entry = ["mirostat", {"n_vocab": 120, "seed": 3, "tau": 3.0} | extra]
+        with chain_of(target, [entry]) as handle:
+            out: TokenDataArray = target.sampler_apply(handle, cur)
+            return out
+
+    default, explicit, wider = kept(), kept(m=100), kept(m=101)
+    assert default.size == 10 and same_array(default, explicit), describe(default)
+    assert wider.size < 10, describe(wider)
 
 
 @pytest.mark.invariant("SMP-082")
@@ -170,3 +191,54 @@ def test_adaptive_p_decay_is_clamped(
         return rows
 
     assert run(decay) == run(same_as)
+
+
+@pytest.mark.invariant("SMP-083", "SMP-011")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
+def test_adaptive_p_accept_consumes_the_selection_and_reset_forgets_it(target: Any) -> None:
+    flat = candidates(np.zeros(4, F32))
+    spec = [["adaptive_p", {"target": 0.5, "decay": 0.75, "seed": 9}]]
+    with chain_of(target, spec) as twice, chain_of(target, spec) as reset:
+        out = target.sampler_apply(twice, flat)
+        target.sampler_accept(twice, int(out.ids[out.selected]))
+        target.sampler_accept(twice, int(out.ids[out.selected]))  # nothing pending any more
+        again = target.sampler_apply(twice, flat)
+        assert np.all(again.logits == shaped(0.25, 0.5625)), describe(again)
+        picks = [target.sampler_apply(reset, flat).selected for _ in range(6)]
+        out = target.sampler_apply(reset, flat)
+        target.sampler_reset(reset)
+        target.sampler_accept(reset, int(out.ids[out.selected]))  # reset dropped the selection
+        # the average is the start one and the stream restarted from the seed
+        after = [target.sampler_apply(reset, flat) for _ in range(6)]
+        assert np.all(after[0].logits == shaped(0.25, 0.5)), describe(after[0])
+        assert [a.selected for a in after] == picks
+
+
+@pytest.mark.invariant("SMP-083", "SMP-012")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
+def test_adaptive_p_clone_copies_the_average_not_the_stream(target: Any) -> None:
+    # (no accept of a pending selection in a fresh clone: llama.cpp's clone lacks the cached
+    # probabilities it would read, spec/sampling.md *DRY, XTC, Mirostat, adaptive-p*)
+    flat = candidates(np.zeros(4, F32))  # p = 0.25 each: the logits show the adapted target
+    spec = [["adaptive_p", {"target": 0.5, "decay": 0.75, "seed": 9}]]
+    with chain_of(target, spec) as handle, chain_of(target, spec) as fresh:
+        out = target.sampler_apply(handle, flat)
+        target.sampler_accept(handle, int(out.ids[out.selected]))  # sum 1.75, weight 4
+        twin = target.sampler_clone(handle)
+        try:
+            picks = []
+            for _ in range(6):  # applies without accepts leave the average as it is
+                copied = target.sampler_apply(twin, flat)
+                assert np.all(copied.logits == shaped(0.25, 0.5625)), describe(copied)
+                picks.append(copied.selected)
+            # the clone's stream starts afresh from the seed: it picks what a new chain picks
+            assert picks == [target.sampler_apply(fresh, flat).selected for _ in range(6)]
+            # sum = 0.25 + 0.75 * 1.75, weight = 1 + 0.75 * 4: adapted = 1 - 1.5625 / 4
+            target.sampler_accept(twin, int(copied.ids[copied.selected]))
+            moved = target.sampler_apply(twin, flat)
+            assert np.all(moved.logits == shaped(0.25, 0.609375)), describe(moved)
+        finally:
+            target.sampler_free(twin)
+        # the clone's accept did not reach the original
+        again = target.sampler_apply(handle, flat)
+        assert np.all(again.logits == shaped(0.25, 0.5625)), describe(again)
