@@ -81,6 +81,7 @@ def gqa_decode_torch(
     return out.to(q.dtype)
 
 
+@implements("KRN-025")
 def ineligibility(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -88,7 +89,7 @@ def ineligibility(
     mask: torch.Tensor,
     cfg: dispatch.DispatchConfig,
 ) -> str:
-    """The first reason the Triton kernels cannot run this call, or '' (spec KRN-021)."""
+    """The first reason the Triton kernels cannot run this call, or '' (spec KRN-025)."""
     if not triton_available():
         return unavailable_reason()
     ok = (torch.float16, torch.float32)
@@ -159,7 +160,7 @@ def _two_pass(
     return out, n_parts
 
 
-@implements("DEC-058", "KRN-001", "KRN-005", "KRN-006", "KRN-020")
+@implements("DEC-058", "KRN-001", "KRN-005", "KRN-006", "KRN-020", "KRN-024")
 def gqa_decode(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -363,7 +363,7 @@ def two_pass(
 # ---------------------------------------------------------------------------------------------
 
 
-@implements("DBA-001", "KRN-018", "KRN-019", "KRN-020")
+@implements("DBA-001", "KRN-018", "KRN-019", "KRN-020", "KRN-024")
 def decoupled_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,

@@ -132,3 +132,73 @@ def test_reference_paths_run_when_requested(target: Any) -> None:
     out, record = target.gqa_decode(g.q, g.k, g.v, g.mask, g.scale, "torch", 32)
     assert (record.path, record.reason) == ("torch", "requested")
     _tolerance.assert_within(out, g.expected, "torch")
+
+
+def _assert_counts(record: Any, keys: int, partition_size: int) -> None:
+    """KRN-024: the record's launch and partition counts are those of the path it names."""
+    detail = dict(record.detail)
+    if record.path in ("torch", "streaming"):
+        assert detail.get("launches", 0) == 0, f"{record.path} records launches: {detail}"
+        return
+    assert detail.get("launches", 0) >= 1, f"{record.path} records no launch: {detail}"
+    want = 0 if record.path == "triton-1pass" else -(-keys // partition_size)
+    assert detail.get("partitions") == want, f"{record.path}: {detail}, want {want} partitions"
+
+
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-024")
+@pytest.mark.parametrize("n_kv", [9, 40, 70])
+@pytest.mark.parametrize("request_", ["1pass", "2pass", "torch", "auto"])
+def test_gqa_records_count_their_launches(target: Any, request_: str, n_kv: int) -> None:
+    inp = _cases.build_gqa(_cases.GqaCase(n_kv=n_kv, kv_size=80))
+    out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, request_, 32, 40)
+    _assert_counts(record, n_kv, 32)
+    if record.path == "triton-1pass":
+        assert record.detail["launches"] == 1, record.detail
+    _tolerance.assert_within(out, inp.expected, record.path)
+
+
+@pytest.mark.requires(*DECOUPLED)
+@pytest.mark.invariant("KRN-024")
+@pytest.mark.parametrize("request_", ["1pass", "2pass", "streaming", "auto"])
+def test_decoupled_records_count_their_launches(target: Any, request_: str) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=70, resid=6, null="broadcast"), target)
+    out, record = target.decoupled_decode(
+        inp.q_sem, inp.q_geo, inp.cache, inp.null, request_, 32, two_pass_min_tokens=50
+    )
+    _assert_counts(record, inp.cache.prefix_len, 32)
+    _tolerance.assert_within(out, inp.expected, record.path)
+
+
+GQA_INELIGIBLE = [
+    pytest.param({"dtype": "float64"}, "dtype", id="float64"),
+    pytest.param({"head_dim": 512, "n_kv": 12}, "head dim", id="head-dim-512"),
+    pytest.param({"n_head": 130, "n_head_kv": 2, "n_kv": 12}, "group", id="group-65"),
+]
+
+
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-025")
+@pytest.mark.parametrize("fields,rule", GQA_INELIGIBLE)
+@pytest.mark.parametrize("request_", ["auto", "1pass", "2pass"])
+def test_gqa_ineligible_calls_fall_back_with_a_reason(
+    target: Any, fields: dict[str, Any], rule: str, request_: str
+) -> None:
+    inp = _cases.build_gqa(_cases.GqaCase(**fields))
+    out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, request_, 32)
+    assert record.path == "torch", f"{record.path}: {record.reason}"
+    assert rule in record.reason, record.reason
+    _tolerance.assert_within(out.float(), inp.expected, f"fallback {rule}")
+
+
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-025")
+@pytest.mark.parametrize("request_", ["auto", "1pass", "2pass"])
+def test_gqa_inputs_off_the_kernel_device_fall_back(target: Any, request_: str) -> None:
+    # "meta" tensors live on no device a kernel can read: the call must not launch one
+    inp = _cases.build_gqa(_cases.GqaCase(n_kv=12))
+    q, k, v, mask = (x.to("meta") for x in (inp.q, inp.k, inp.v, inp.mask))
+    out, record = target.gqa_decode(q, k, v, mask, inp.scale, request_, 32)
+    assert record.path == "torch", f"{record.path}: {record.reason}"
+    assert "device" in record.reason or "must be on" in record.reason, record.reason
+    assert tuple(out.shape) == (*inp.q.shape[:2], inp.v.shape[-1])

@@ -154,6 +154,32 @@ def _auto_always_one_pass(target: Any) -> Any:
     return target
 
 
+def _two_pass_counts_nothing(target: Any) -> Any:
+    from kernels import decode_attention
+
+    original = decode_attention._two_pass
+
+    def two_pass(*args: Any) -> tuple[torch.Tensor, int]:
+        out, _ = original(*args)
+        return out, 0  # the defect: the record says no partition ran (as a 1-pass call would)
+
+    replace("kernels.decode_attention", "_two_pass", two_pass)
+    return target
+
+
+def _gqa_group_limit_skipped(target: Any) -> Any:
+    from kernels import decode_attention
+
+    original = decode_attention.ineligibility
+
+    def ineligibility(*args: Any) -> str:
+        why = original(*args)
+        return "" if "group" in why else why  # the defect: any GQA group goes to the kernels
+
+    replace("kernels.decode_attention", "ineligibility", ineligibility)
+    return target
+
+
 # --------------------------------------------------------------------------------------------
 # GQA kernels and reference
 # --------------------------------------------------------------------------------------------
@@ -203,6 +229,20 @@ D = "kernels.decoupled_triton"
 G = "kernels.gqa_triton"
 
 MUTANTS = [
+    Mutant(
+        "krn-two-pass-counts-no-partition",
+        "kernels",
+        "the 2-pass GQA call records 0 partitions and 1 launch, the counts of a 1-pass call",
+        ("KRN-024",),
+        _two_pass_counts_nothing,
+    ),
+    Mutant(
+        "krn-gqa-group-limit-skipped",
+        "kernels",
+        "a GQA call with more than 64 query heads per KV head runs the kernels instead of torch",
+        ("KRN-025",),
+        _gqa_group_limit_skipped,
+    ),
     Mutant(
         "krn-null-per-partition",
         "kernels",
