@@ -430,6 +430,15 @@ def _wpm_lowercase_key_ignored(target: Any) -> Any:
     return target
 
 
+def _wpm_no_compat_ideographs(target: Any) -> Any:
+    # The CJK compatibility ideographs (U+F900..FAFF) are not isolated as words.
+    from reference_impl.tokenizer import wpm
+
+    ranges = tuple(r for r in wpm._CJK_RANGES if r[0] != 0xF900)
+    replace(wpm.__name__, "_CJK_RANGES", ranges)
+    return target
+
+
 MUTANTS += [
     Mutant(
         "tok-wpm-no-lowercase",
@@ -451,6 +460,13 @@ MUTANTS += [
         "tokenizer.ggml.normalizer.lowercase = false is ignored",
         kills=("TOK-065",),
         apply=_wpm_lowercase_key_ignored,
+    ),
+    Mutant(
+        "tok-wpm-no-compat-ideographs",
+        "tokenizer",
+        "WPM does not treat CJK compatibility ideographs (U+F900..FAFF) as one-character words",
+        kills=("TOK-051",),
+        apply=_wpm_no_compat_ideographs,
     ),
 ]
 
@@ -519,6 +535,57 @@ MUTANTS += [
         "UGM does not collapse a run of unknown characters into one UNK",
         kills=("TOK-052",),
         apply=_ugm_ties_to_later,
+    ),
+]
+
+
+def _ugm_viterbi_per_word(target: Any) -> Any:
+    # The Viterbi always runs word by word, so a piece with a '▁' inside never spans words.
+    from reference_impl.tokenizer import UgmTokenizer
+
+    original = UgmTokenizer._init_lattice
+
+    def _init_lattice(self: Any) -> None:
+        original(self)
+        self._per_word = True
+
+    UgmTokenizer._init_lattice = _init_lattice  # type: ignore[method-assign]
+    return target
+
+
+def _t5_spm_default_ids(target: Any) -> Any:
+    # A T5 vocabulary without EOS / UNK id keys takes SPM's defaults (EOS 2, UNK 0).
+    import reference_impl.tokenizer as tok
+
+    original = tok.load_vocab
+
+    def load_vocab(meta: Any) -> Any:
+        vocab = original(meta)
+        if vocab is not None and vocab.model == "t5":
+            if not meta.has("tokenizer.ggml.eos_token_id"):
+                vocab = dataclasses.replace(vocab, eos_id=2)
+            if not meta.has("tokenizer.ggml.unknown_token_id"):
+                vocab = dataclasses.replace(vocab, unk_id=0)
+        return vocab
+
+    replace(tok.__name__, "load_vocab", load_vocab)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-ugm-viterbi-per-word",
+        "tokenizer",
+        "UGM solves each word alone: a piece with a '▁' inside never spans two words",
+        kills=("TOK-052",),
+        apply=_ugm_viterbi_per_word,
+    ),
+    Mutant(
+        "tok-t5-spm-default-ids",
+        "tokenizer",
+        "a T5 vocabulary without EOS / UNK id keys takes SPM's defaults instead of EOS 1, UNK 2",
+        kills=("TOK-075",),
+        apply=_t5_spm_default_ids,
     ),
 ]
 

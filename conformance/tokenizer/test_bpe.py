@@ -19,6 +19,7 @@ from conformance.fixtures.vocabularies import (
     CONTROL,
     EOT,
     IGNORE_MERGES_PROBE,
+    NORMAL,
     PAD,
     SEP,
     USER_DEFINED,
@@ -175,6 +176,44 @@ def test_tokens_never_cross_words(
     assert b"".join(pieces) == text.encode()
     want = _ends([w.encode() for w in words])
     assert want <= _ends(pieces), (bpe_pre, pieces)
+
+
+# A token spanning a newline and the space after it, built by a merge appended last: only a
+# pre type whose words can hold both (GPT-2's whitespace run) reaches it.
+NEWLINE_SPACE = "\u010a\u0120"  # 'ĊĠ': "\n " in GPT-2's byte alphabet
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35"])
+def test_newline_run_ends_at_its_last_newline(target: Any, tmp_path: Path, pre: str) -> None:
+    """``\\s*[\\r\\n]+`` of the Llama-3 family: a whitespace run ends after its last newline,
+    so a newline followed by spaces and text is a word alone; GPT-2's ``\\s+(?!\\S)`` keeps it
+    with the first space (the control that shows the probe token is reachable)."""
+    path = tmp_path / "nl.gguf"
+    write_bpe_gguf(
+        path,
+        pre,
+        tokens=(*TOKENS, NEWLINE_SPACE),
+        types=(*TYPES, NORMAL),
+        merges=(*MERGES, f"{NEWLINE_SPACE[0]} {NEWLINE_SPACE[1]}"),
+    )
+    vocab = target.load_vocab(str(path))
+    probe = len(TOKENS)
+    assert target.token_to_piece(vocab, probe, True) == b"\n "
+    cases = {  # text -> its words by the Llama-3 expressions
+        "\n  x": ["\n", " ", " x"],
+        "a\n \t b": ["a", "\n", " \t", " b"],
+        "\n  ": ["\n", "  "],
+        "\r\n \n  y": ["\r\n \n", " ", " y"],
+    }
+    if pre == "gpt-2":
+        assert target.tokenize(vocab, "\n  x", False, False)[0] == probe
+        return
+    for text, words in cases.items():
+        ids = target.tokenize(vocab, text, False, False)
+        want = [i for w in words for i in target.tokenize(vocab, w, False, False)]
+        assert ids == want, (pre, text)
+        assert probe not in ids, (pre, text)
 
 
 @pytest.mark.invariant("TOK-050")

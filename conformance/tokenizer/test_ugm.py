@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 
 from conformance.assertions import raises_code
 from conformance.fixtures.vocabularies import (
+    NORMAL,
     UGM_USER_DEFINED,
     UGM_VARIANTS,
     ugm_model,
@@ -115,3 +117,56 @@ def test_malformed_charsmap_refused(target: Any, tmp_path: Path, blob: bytes) ->
     write_ugm_gguf(path, charsmap=blob)
     with raises_code("GGUF_INVALID_HPARAM", field="tokenizer.ggml.precompiled_charsmap"):
         target.load_vocab(str(path))
+
+
+def _write_ugm(
+    path: Path, extra: tuple[tuple[str, float], ...] = (), *, special_ids: bool = True
+) -> None:
+    """The SentencePiece-default unigram fixture with ``extra`` (piece, score) appended, and
+    without the EOS / UNK id keys unless ``special_ids``. No charsmap (identity normalization):
+    its 240,000 int8 entries take seconds to read, and these texts need none."""
+    pieces, scores, types, _ = ugm_model()
+    w = gguf.GGUFWriter(str(path), "t5")
+    w.add_tokenizer_model("t5")
+    w.add_token_list([*pieces, *(p for p, _ in extra)])
+    w.add_token_scores([*scores, *(sc for _, sc in extra)])
+    w.add_token_types([*types, *(NORMAL for _ in extra)])
+    w.add_add_space_prefix(True)
+    w.add_remove_extra_whitespaces(True)
+    if special_ids:
+        w.add_eos_token_id(EOS)
+        w.add_unk_token_id(UNK)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.invariant("TOK-052")
+def test_piece_across_words(target: Any, tmp_path: Path) -> None:
+    """The Viterbi runs over the whole fragment, not word by word: a piece with a ``'▁'``
+    inside (score 0, above any split's negative sum) spans two words."""
+    path = tmp_path / "span.gguf"
+    _write_ugm(path, (("\u2581Hello\u2581world", 0.0),))
+    vocab = target.load_vocab(str(path))
+    span = len(PIECES)
+    assert target.tokenize(vocab, "Hello world", False, False) == [span]
+    head = target.tokenize(vocab, "say", False, False)
+    assert target.tokenize(vocab, "say Hello world", False, False) == [*head, span]
+    # extra whitespace is removed first: the spaces between the words are one '▁'
+    assert target.tokenize(vocab, "  Hello   world ", False, False) == [span]
+
+
+@pytest.mark.invariant("TOK-075")
+def test_t5_default_special_ids(target: Any, tmp_path: Path) -> None:
+    """Without ``tokenizer.ggml.eos_token_id`` / ``unknown_token_id`` a T5 vocabulary takes
+    EOS 1 and UNK 2 (and no BOS): the same ids as the fixture that writes them."""
+    _write_ugm(tmp_path / "noids.gguf", special_ids=False)
+    _write_ugm(tmp_path / "ids.gguf")
+    bare = target.load_vocab(str(tmp_path / "noids.gguf"))
+    written = target.load_vocab(str(tmp_path / "ids.gguf"))
+    for text in ("Hello", "a\ue000\ue001b", "\ue000", ""):
+        ids = target.tokenize(bare, text, True, False)
+        assert ids == target.tokenize(written, text, True, False), repr(text)
+        assert ids[-1] == EOS, repr(text)
+    assert UNK in target.tokenize(bare, "a\ue000b", False, False)

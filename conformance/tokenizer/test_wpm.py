@@ -131,3 +131,32 @@ def test_normalizer_lowercase_key(target: Any, tmp_path: Path, wpm: Any) -> None
     ]
     assert target.tokenize(cased, "café", False, False) == [UNK]
     assert UNK not in target.tokenize(wpm, "Hello café", False, False)
+
+
+# (code point, whether it is a CJK ideograph to BERT): the first and last of each block, and
+# neighbours outside (U+2B820..2B91F, CJK extension E's head, and extension F, U+2CEB0..,
+# are missing from BERT's list; U+F8FF, private use, would be dropped as a control)
+CJK_EDGES = [
+    *((lo, True) for lo in (0x4E00, 0x3400, 0x20000, 0x2A700, 0x2B740, 0x2B920, 0xF900, 0x2F800)),
+    *((hi, True) for hi in (0x9FFF, 0x4DBF, 0x2A6DF, 0x2B73F, 0x2B81F, 0x2CEAF, 0xFAFF, 0x2FA1F)),
+    *((cp, False) for cp in (0x33FF, 0x4DC0, 0xA000, 0x2B820, 0x2B91F, 0x2CEB0, 0xFB00)),
+    *((cp, False) for cp in (0x1FFFF, 0x2A6E0, 0x2F7FF, 0x2FA20)),
+]
+
+
+@pytest.mark.invariant("TOK-051")
+def test_cjk_ranges(target: Any, tmp_path: Path) -> None:
+    """A CJK ideograph is a word of its own, so ``a{c}b`` is three words (the ideograph, not in
+    the vocabulary, one UNK); any other letter joins ``a`` and ``b`` in one unknown word. Cased
+    (no NFD), so that a compatibility ideograph is tested as itself, not as what it decomposes to."""
+    path = tmp_path / "cased.gguf"
+    write_wpm_gguf(path, lowercase=False)
+    cased = target.load_vocab(str(path))
+    a, b = (target.tokenize(cased, w, False, False) for w in ("a", "b"))
+    assert UNK not in a + b
+    bad = []
+    for cp, cjk in CJK_EDGES:
+        got = target.tokenize(cased, f"a{chr(cp)}b", False, False)
+        if got != ([*a, UNK, *b] if cjk else [UNK]):
+            bad.append((hex(cp), got))
+    assert not bad, (a, b, bad)
