@@ -149,6 +149,40 @@ def test_k_shift_matches_peer(name: str, target: Any, peer: Any) -> None:
         tok = int(_step_both(ours, theirs, step, f"step {i} after the shift")[0].argmax())
 
 
+# The K-shift of each RoPE flavour: llama 3 factors (NORM pairs), qwen2 (NEOX pairs), gemma3
+# (NEOX, and the sliding layers' own base; 12 cached tokens outgrow its 8-position window).
+K_SHIFT_ARCHS = {
+    "llama3_rope": (),
+    "qwen2": (),
+    "gemma3": (pytest.mark.requires("model.arch.gemma3"),),
+}
+
+
+@pytest.mark.invariant("GGUF-053")
+@pytest.mark.requires("model.load", "decoder.logits", "decoder.kv_dtype", "decoder.shift")
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=m) for n, m in K_SHIFT_ARCHS.items()])
+def test_k_shift_keeps_rope_relative(
+    name: str, target: Any, gguf_path: Callable[[str], Path]
+) -> None:
+    # Moving every cached position of the sequence by +9 and later by -4 re-rotates the cached
+    # keys; attention sees only relative positions, so each decode after a shift gives the
+    # oracle's logits for the same tokens at positions 0..n-1. No peer: the float64 oracle.
+    toks = PROMPTS["long"]  # 18 tokens: 12 cached, then 3 after each shift
+    expected = oracle.forward(gguf_path(name), toks)
+    ctx = _context(target, name)
+    assert ctx.decode(batch(toks[:12], pos=list(range(12)))) == 0
+    offset = 0
+    for delta, lo in ((9, 12), (-4, 15)):
+        ctx.seq_add(0, 0, -1, delta)
+        offset += delta
+        # (seq_pos_min is not checked: gemma3's window cache may already have dropped cells)
+        assert ctx.seq_pos_max(0) == lo - 1 + offset
+        b = batch(toks[lo : lo + 3], pos=[p + offset for p in range(lo, lo + 3)], all_out=True)
+        assert ctx.decode(b) == 0, f"decode after the shift by {delta}"
+        what = f"{name}: tokens {lo}..{lo + 2} after shifting by {delta} (total {offset})"
+        assert_nmse(expected[lo : lo + 3], _rows(ctx, 3), NMSE_BAR, what)
+
+
 # -- load errors --------------------------------------------------------------------------------
 
 

@@ -484,6 +484,39 @@ def _swa_pattern_key_ignored(target: Any) -> Any:
     return target
 
 
+def _k_shift_rope(how: str) -> Any:
+    # Only the K-shift is wrong (the forward's own RoPE is untouched): it rotates every layer
+    # with the model's global base, or without the rope_freqs factors, or in adjacent pairs.
+    def apply(target: Any) -> Any:
+        import reference_impl.model.llama as llama
+
+        LlamaForward = llama.LlamaForward
+        original_layer = LlamaForward.rope_for_layer
+
+        def rope_for_layer(self: Any, il: int) -> Any:
+            if how == "global-base":
+                return self.rope
+            rope = original_layer(self, il)
+            if how == "no-factors" and rope.freq_factors is not None:
+                return llama.RopeCache(rope.n_rot, rope.freq_base)
+            return rope
+
+        def rope_shift(
+            self: Any, k: torch.Tensor, delta_positions: Any, layer: int = 0
+        ) -> torch.Tensor:
+            d = np.asarray(delta_positions, dtype=np.int64)
+            rot = self.rope_for_layer(layer).rotations(d)
+            return llama.apply_rope(k.to(torch.float32, copy=True), rot)
+
+        if how == "norm-pairs":
+            LlamaForward.rope_shift = rope_shift  # type: ignore[method-assign]
+        else:
+            LlamaForward.rope_for_layer = rope_for_layer  # type: ignore[method-assign]
+        return target
+
+    return apply
+
+
 def _iswa_sliding_layers_on_base_cache(target: Any) -> Any:
     # The sliding-window layers keep their K/V in the iSWA memory's full cache and attend
     # through its mask (no window) instead of the window cache's.
@@ -875,6 +908,30 @@ MUTANTS = [
         "the sliding-window layers keep K/V in the iSWA memory's full cache, without the window",
         kills=("DEC-065",),
         apply=_iswa_sliding_layers_on_base_cache,
+        black_box=True,
+    ),
+    Mutant(
+        "model-k-shift-global-base",
+        "model",
+        "the K-shift rotates gemma3's sliding layers with rope.freq_base instead of their own base",
+        kills=("GGUF-053",),
+        apply=_k_shift_rope("global-base"),
+        black_box=True,
+    ),
+    Mutant(
+        "model-k-shift-without-rope-factors",
+        "model",
+        "the K-shift rotates cached keys without the file's rope_freqs factors",
+        kills=("GGUF-053",),
+        apply=_k_shift_rope("no-factors"),
+        black_box=True,
+    ),
+    Mutant(
+        "model-k-shift-adjacent-pairs",
+        "model",
+        "the K-shift rotates adjacent pairs (llama's layout) for every architecture, NEOX included",
+        kills=("GGUF-053",),
+        apply=_k_shift_rope("norm-pairs"),
         black_box=True,
     ),
     Mutant(

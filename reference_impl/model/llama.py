@@ -324,6 +324,7 @@ class LlamaForward:
         self.rope = RopeCache(hp.n_rot, hp.rope_freq_base, freq_factors=factors)
         self.rope_swa = sliding_rope(hp)
 
+    @implements("GGUF-053")
     def rope_for_layer(self, il: int) -> RopeCache:
         """The rotations of layer ``il``: the sliding-window layers' base, or the model's."""
         return self.rope_swa if self.rope_swa is not None and self.hparams.is_swa(il) else self.rope
@@ -518,7 +519,7 @@ class LlamaForward:
         hidden = self._run(x, pos, attend, rows)
         return hidden if return_hidden else self.logits_from_hidden(hidden)
 
-    @implements("DEC-037", "DEC-053", "DEC-054")
+    @implements("DEC-037", "DEC-053", "DEC-054", "GGUF-053")
     @torch.inference_mode()
     def rope_shift(
         self,
