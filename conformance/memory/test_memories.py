@@ -301,6 +301,22 @@ def test_iswa_window_cache_size(target: Any, swa_full: bool, pos_min: int) -> No
     assert mem.seq_pos_max(0) == 100
 
 
+@pytest.mark.invariant("MEM-017")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize("n_seq_max", [1, 3])
+def test_recurrent_clear_restores_the_initial_state(target: Any, n_seq_max: int) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=n_seq_max)
+    fresh = target.new_memory("recurrent", n_seq_max=n_seq_max).state()
+    seqs = list(range(n_seq_max))
+    decode(target, rec, [[s] for s in seqs for _ in range(3)], n_seq_max, 8)
+    decode(target, rec, [[seqs[-1]]], n_seq_max, 8)  # head moves past the first cell
+    if n_seq_max > 1:
+        rec.seq_cp(1, 0)  # cells shared and emptied
+    assert rec.state() != fresh, "the decodes left no trace in the state: the check is empty"
+    rec.clear()
+    assert rec.state() == fresh
+
+
 @pytest.mark.invariant("MEM-016")
 @pytest.mark.requires(*NEEDS)
 @pytest.mark.parametrize(

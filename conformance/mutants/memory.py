@@ -124,6 +124,20 @@ def _recurrent_partial_rm(target: Any) -> Any:
     return target
 
 
+def _recurrent_clear_keeps_head(target: Any) -> Any:
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.clear
+
+    def clear(self: Any, data: bool = True) -> None:
+        head = self.head
+        original(self, data)
+        self.head = head  # the defect: the next search starts where the old one stopped
+
+    RecurrentMemory.clear = clear  # type: ignore[method-assign]
+    return target
+
+
 def _hybrid_attention_first(target: Any) -> Any:
     from reference_impl.memory.hybrid import HybridMemory
 
@@ -296,6 +310,13 @@ MUTANTS = [
         ("MEM-007",),
         _kv_uses_equal_split,
         black_box=True,
+    ),
+    Mutant(
+        "mem-recurrent-clear-keeps-head",
+        "memory",
+        "clear() on a recurrent memory leaves its head where the last search stopped",
+        ("MEM-017",),
+        _recurrent_clear_keeps_head,
     ),
     Mutant(
         "mem-recurrent-partial-rm",

@@ -89,7 +89,7 @@ class RecurrentMemory:
 
     # ------------------------------------------------------------------ sequence ops
 
-    @implements("MEM-016")
+    @implements("MEM-016", "MEM-017")
     def clear(self, data: bool = True) -> None:
         for c in self.cells:
             c.pos, c.src, c.tail = -1, -1, -1
