@@ -23,6 +23,18 @@ def peer_model(peer: Any, vocab_path: Path) -> Any:
     return cached(peer, "load_model", str(vocab_path))
 
 
+def _same_pieces(
+    target: Any, ours: Any, peer: Any, theirs: Any, n_ours: int, n_theirs: int
+) -> None:
+    """Same vocabulary size, and every token's piece equal with and without special pieces."""
+    assert n_ours == n_theirs, f"n_vocab: {n_ours} vs the peer's {n_theirs}"
+    for token in range(n_ours):
+        for special in (False, True):
+            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
+                theirs, token, special
+            ), (token, special)
+
+
 def _same_tokens(target: Any, model: Any, peer: Any, peer_model: Any, text: str) -> None:
     for add_special in (False, True):
         for parse_special in (False, True):
@@ -54,13 +66,10 @@ def test_generated_texts_match_peer(
 
 @pytest.mark.invariant("TOK-020")
 def test_every_piece_matches_peer(target: Any, tok_model: Any, peer: Any, peer_model: Any) -> None:
-    n_vocab = target.model_info(tok_model)["n_vocab"]
-    assert n_vocab == peer.model_info(peer_model)["n_vocab"]
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(tok_model, token, special) == peer.token_to_piece(
-                peer_model, token, special
-            ), (token, special)
+    n_ours = target.model_info(tok_model)["n_vocab"]
+    _same_pieces(
+        target, tok_model, peer, peer_model, n_ours, peer.model_info(peer_model)["n_vocab"]
+    )
 
 
 # -- BPE fixtures (vocabulary-only) ------------------------------------------------------------
@@ -109,13 +118,14 @@ def test_bpe_generated_texts_match_peer(
 def test_bpe_every_piece_matches_peer(
     target: Any, bpe_vocab: Any, peer: Any, peer_bpe_vocab: Any
 ) -> None:
-    n_vocab = target.vocab_size(bpe_vocab)
-    assert n_vocab == peer.vocab_size(peer_bpe_vocab)
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(bpe_vocab, token, special) == peer.token_to_piece(
-                peer_bpe_vocab, token, special
-            ), (token, special)
+    _same_pieces(
+        target,
+        bpe_vocab,
+        peer,
+        peer_bpe_vocab,
+        target.vocab_size(bpe_vocab),
+        peer.vocab_size(peer_bpe_vocab),
+    )
 
 
 # A few texts that tell the expression families apart (digit groups, marks, scripts, runs).
@@ -177,13 +187,7 @@ def test_wpm_generated_texts_match_peer(
 @pytest.mark.requires("tokenizer.vocab_only")
 def test_wpm_every_piece_matches_peer(target: Any, peer: Any, wpm_pair: tuple[Any, Any]) -> None:
     ours, theirs = wpm_pair
-    n_vocab = target.vocab_size(ours)
-    assert n_vocab == peer.vocab_size(theirs)
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
-                theirs, token, special
-            ), (token, special)
+    _same_pieces(target, ours, peer, theirs, target.vocab_size(ours), peer.vocab_size(theirs))
 
 
 # -- Unigram fixtures (vocabulary-only) --------------------------------------------------------
@@ -219,13 +223,7 @@ def test_ugm_generated_texts_match_peer(
 @pytest.mark.requires("tokenizer.vocab_only")
 def test_ugm_every_piece_matches_peer(target: Any, peer: Any, ugm_pair: tuple[Any, Any]) -> None:
     ours, theirs = ugm_pair
-    n_vocab = target.vocab_size(ours)
-    assert n_vocab == peer.vocab_size(theirs)
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
-                theirs, token, special
-            ), (token, special)
+    _same_pieces(target, ours, peer, theirs, target.vocab_size(ours), peer.vocab_size(theirs))
 
 
 # -- RWKV fixture (vocabulary-only) ------------------------------------------------------------
@@ -258,13 +256,7 @@ def test_rwkv_corpus_and_pieces_match_peer(
     ours, theirs = rwkv_pair
     for text in RWKV_CORPUS:
         _same_vocab_only(target, ours, peer, theirs, text)
-    n_vocab = target.vocab_size(ours)
-    assert n_vocab == peer.vocab_size(theirs)
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
-                theirs, token, special
-            ), (token, special)
+    _same_pieces(target, ours, peer, theirs, target.vocab_size(ours), peer.vocab_size(theirs))
 
 
 # -- PLaMo-2 fixture (vocabulary-only) ---------------------------------------------------------
@@ -297,13 +289,7 @@ def test_plamo2_corpus_and_pieces_match_peer(
     ours, theirs = plamo2_pair
     for text in PLAMO2_CORPUS:
         _same_vocab_only(target, ours, peer, theirs, text)
-    n_vocab = target.vocab_size(ours)
-    assert n_vocab == peer.vocab_size(theirs)
-    for token in range(n_vocab):
-        for special in (False, True):
-            assert target.token_to_piece(ours, token, special) == peer.token_to_piece(
-                theirs, token, special
-            ), (token, special)
+    _same_pieces(target, ours, peer, theirs, target.vocab_size(ours), peer.vocab_size(theirs))
 
 
 # -- A real vocabulary: GPT-2's (vocabulary-only) ------------------------------------------------
