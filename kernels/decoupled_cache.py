@@ -135,7 +135,7 @@ class CacheTensor:
         return t.device
 
 
-@implements("DBA-003", "DBA-004")
+@implements("DBA-003", "DBA-004", "DBA-019")
 class DecoupledKVCache:
     """The decoupled cache of one layer for ``batch`` sequences that share one length."""
 
@@ -148,10 +148,9 @@ class DecoupledKVCache:
         device: str | torch.device = "cpu",
     ) -> None:
         self.policy = parse_policy(policy) if isinstance(policy, str) else policy
-        if batch <= 0 or max_len <= 0:
-            raise KernelError(
-                "KRN_BAD_SHAPE", f"batch ({batch}) and max_len ({max_len}) must be > 0"
-            )
+        for name, value in (("batch", batch), ("max_len", max_len)):
+            if value <= 0:  # a cache that could hold nothing would refuse every append
+                raise KernelError("KRN_BAD_SHAPE", f"{name} must be > 0, got {value}", field=name)
         self.dims = dims
         self.batch = batch
         self.max_len = max_len

@@ -1,4 +1,4 @@
-"""The decoupled KV cache layout and its exact residual tail (spec/decoupled.md DBA-003, DBA-004)."""
+"""The decoupled KV cache layout and its exact residual tail (spec/decoupled.md DBA-003, DBA-004, DBA-019)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.assertions import unchanged
+from conformance.assertions import raises_code, unchanged
 from conformance.kv_quant import oracle as quant_oracle
 from reference_impl.errors import EngineError
 
@@ -105,4 +105,24 @@ def test_a_one_token_cache_holds_one_token(target: Any) -> None:
     assert torch.equal(cache.v.ring[:, 0].cpu(), xs[2][:, 0].half())
     with unchanged(lambda: _snapshot(cache), "full: the cache"), pytest.raises(EngineError):
         cache.append(*_tokens(2, 1, seed=7))
+    assert cache.length == 1
+
+
+@pytest.mark.invariant("DBA-019")
+@pytest.mark.parametrize(
+    "batch,max_len,field",
+    [(0, 4, "batch"), (2, 0, "max_len"), (-1, 0, "batch"), (1, -3, "max_len")],
+)
+def test_a_cache_that_holds_nothing_is_refused(
+    target: Any, batch: int, max_len: int, field: str
+) -> None:
+    with raises_code("KRN_BAD_SHAPE", field=field):
+        target.decoupled_cache(POLICY.format(r=4), 2, HEADS, batch, max_len)
+
+
+@pytest.mark.invariant("DBA-019")
+def test_the_smallest_cache_is_valid(target: Any) -> None:
+    cache = target.decoupled_cache(POLICY.format(r=4), 2, HEADS, 1, 1)
+    assert (cache.batch, cache.max_len, cache.length) == (1, 1, 0)
+    cache.append(*_tokens(1, 1, seed=8))
     assert cache.length == 1

@@ -51,6 +51,19 @@ def _patch_method(cls_name: str, method: str, make: Callable[[Any], Any]) -> Cal
 # -- DBA-001..DBA-004: the attention call and the cache ----------------------------------------
 
 
+def _empty_cache_built(target: Any) -> Any:
+    from kernels.decoupled_cache import DecoupledKVCache
+
+    original = DecoupledKVCache.__init__
+
+    def __init__(self: Any, policy: Any, dims: Any, batch: int, max_len: int, *a: Any) -> None:
+        # the defect: a cache asked for no room is built with one slot instead of refused
+        original(self, policy, dims, max(batch, 1), max(max_len, 1), *a)
+
+    DecoupledKVCache.__init__ = __init__  # type: ignore[method-assign, assignment]
+    return target
+
+
 def _default_scales_swapped(orig: Any) -> Any:
     def decoupled_decode(q_sem: Any, q_geo: Any, cache: Any, **kwargs: Any) -> Any:
         d = cache.dims  # the defect: each part's default scale from the other part's head dim
@@ -309,6 +322,13 @@ def _drift_model_with_null(_orig: Any) -> Any:
 
 
 MUTANTS = [
+    Mutant(
+        "dba-empty-cache-built",
+        "decoupled",
+        "a decoupled cache of batch or max_len 0 is built with one slot instead of refused",
+        ("DBA-019",),
+        _empty_cache_built,
+    ),
     Mutant(
         "dba-default-scales-swapped",
         "decoupled",
