@@ -345,3 +345,63 @@ def test_clear_empties_every_part(
     assert [mem.seq_pos_max(s) for s in seqs] == [
         sum(1 for ids in seq_ids if s in ids) - 1 for s in seqs
     ]
+
+
+# -------------------------------------------------------------------------------- full contexts
+
+
+@pytest.mark.invariant("MEM-018")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize(
+    ("kind", "config"),
+    [("kv", {"kv_size": 300}), ("iswa", {"kv_size": 300, "n_swa": 4, "swa_type": 1})],
+    ids=["kv", "iswa"],
+)
+def test_full_context_apply_places_nothing(target: Any, kind: str, config: dict[str, Any]) -> None:
+    """The worst-case context is for graph reservation: applying it reports true and leaves
+    every sequence, and where the next batch goes, as they were."""
+    mem = target.new_memory(kind, n_seq_max=2, **config)
+    decode(target, mem, [[0], [0], [1], [0]], 2, 8)
+
+    def positions() -> list[tuple[int, int]]:
+        return [(mem.seq_pos_min(s), mem.seq_pos_max(s)) for s in range(2)]
+
+    with unchanged(positions, f"{kind} sequence positions after applying init_full()"):
+        full = mem.init_full()
+        assert full.get_status() == SUCCESS
+        assert full.apply() is True
+    decode(target, mem, [[1], [0]], 2, 8)
+    assert positions() == [(0, 3), (0, 1)]
+
+
+# -------------------------------------------------------------------------------- recurrent copy
+
+
+@pytest.mark.invariant("MEM-019")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_cp_shares_the_source_cell(target: Any) -> None:
+    """seq 0's state sits in cell 0 (the first cell is an ordinary source); seq 1's own state
+    is dropped, its cell freed; copying from a sequence without state leaves dst without one."""
+    rec = target.new_memory("recurrent", n_seq_max=3)
+    decode(target, rec, [[0], [0], [1]], 3, 8)  # seq 0 -> cell 0 at pos 1, seq 1 -> cell 1
+
+    def cells() -> tuple[list[tuple[int, tuple[int, ...]]], int]:
+        """Each cell's (pos, sequence set), and the used-cell count."""
+        st = rec.state()
+        return [(c[0], c[3]) for c in st.cells], st.used
+
+    assert cells() == ([(1, (0,)), (0, (1,)), (-1, ())], 2)
+    rec.seq_cp(0, 1)
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [
+        (1, 1),
+        (1, 1),
+        (-1, -1),
+    ]
+    assert cells() == ([(1, (0, 1)), (-1, ()), (-1, ())], 1)  # seq 1's old cell is freed
+    rec.seq_cp(2, 1)  # seq 2 has no state: seq 1 loses its share of cell 0
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [
+        (1, 1),
+        (-1, -1),
+        (-1, -1),
+    ]
+    assert cells() == ([(1, (0,)), (-1, ()), (-1, ())], 1)

@@ -110,13 +110,16 @@ def test_random_block_bytes_match_gguf_dequantize(qtype: Any, target: Any, tmp_p
 
 @pytest.mark.invariant("GGUF-004")
 @pytest.mark.requires("model.weights")
-@pytest.mark.parametrize("name", ["mha", "f16"])
+@pytest.mark.parametrize("name", ["mha", "f16", "llama_qkv"])
 def test_f32_and_f16_load_exactly(
     name: str, target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
 ) -> None:
+    """Every stored tensor, read back by its GGUF name: llama_qkv adds the optional biases and
+    a fused attn_qkv, which are no separate-Q/K/V layer weight."""
     tensors = _reader_tensors(gguf_path(name))
+    handle = load(name)
     for tname, t in tensors.items():
-        got = target.model_tensor(load(name), tname)
+        got = target.model_tensor(handle, tname)
         want = np.asarray(t.data).astype(np.float32)
         assert np.array_equal(got, want), tname
     kinds = {t.tensor_type.name for t in tensors.values()}

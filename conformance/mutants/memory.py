@@ -244,6 +244,39 @@ def _final_no_slot_reported_as_no_update(target: Any) -> Any:
     return target
 
 
+def _full_context_apply_clears(target: Any) -> Any:
+    """Applying a KV memory's init_full() context empties the cache it describes."""
+    from reference_impl.memory.kv import KVFullContext
+
+    def apply(self: KVFullContext) -> bool:
+        self.cache.clear()
+        return True
+
+    KVFullContext.apply = apply  # type: ignore[method-assign]
+    return target
+
+
+def _recurrent_cp_skips_cell_zero(target: Any) -> Any:
+    """A recurrent seq_cp from a sequence whose state is in cell 0 leaves dst without state
+    (the source test is ``tail > 0`` instead of ``tail >= 0``)."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.seq_cp
+
+    def seq_cp(
+        self: RecurrentMemory, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1
+    ) -> None:
+        original(self, seq_id_src, seq_id_dst, p0, p1)
+        src, dst = seq_id_src, seq_id_dst
+        in_range = src != dst and 0 <= src < self.size and 0 <= dst < self.size
+        if in_range and self.cells[src].tail == 0:
+            self.cells[0].seq_id.discard(dst)
+            self.cells[dst].tail = -1
+
+    RecurrentMemory.seq_cp = seq_cp  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -378,5 +411,19 @@ MUTANTS = [
         ("MEM-015",),
         _iswa_window_cache_one_window,
         black_box=True,
+    ),
+    Mutant(
+        "mem-full-apply-clears",
+        "memory",
+        "applying a KV memory's init_full() context empties the cache",
+        ("MEM-018",),
+        _full_context_apply_clears,
+    ),
+    Mutant(
+        "mem-recurrent-cp-skips-cell-zero",
+        "memory",
+        "a recurrent seq_cp from a sequence whose state is in cell 0 leaves dst without state",
+        ("MEM-019",),
+        _recurrent_cp_skips_cell_zero,
     ),
 ]

@@ -647,6 +647,23 @@ def _no_memory_seq_rm_false(target: Any) -> Any:
     return target
 
 
+def _unnamed_tensors_unreadable(target: Any) -> Any:
+    # model_tensor reads only the global and per-layer tensors of the separate-Q/K/V table: a
+    # stored bias or a fused attn_qkv is not found by its GGUF name
+    from reference_impl.model.gguf_loader import ModelWeights
+
+    original = ModelWeights.tensor
+
+    def tensor(self: Any, name: str) -> torch.Tensor:
+        if name.endswith(".bias") or ".attn_qkv." in name:
+            raise KeyError(name)
+        out: torch.Tensor = original(self, name)
+        return out
+
+    ModelWeights.tensor = tensor  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "model-k-bias-ignored",
@@ -1018,5 +1035,12 @@ MUTANTS = [
         "a bert batch with a position past the learned position table is not refused with -1",
         kills=("DEC-067",),
         apply=_position_table_unchecked,
+    ),
+    Mutant(
+        "model-unnamed-tensors-unreadable",
+        "model",
+        "model_tensor cannot read a stored bias or fused attn_qkv by its GGUF name",
+        kills=("GGUF-004",),
+        apply=_unnamed_tensors_unreadable,
     ),
 ]

@@ -63,6 +63,7 @@ class KVFullContext(MemoryContext):
         self.n_kv = cache.kv_size
         self.sinfos = [SlotInfo(tuple(range(cache.n_stream)), ((0,),) * cache.n_stream)]
 
+    @implements("MEM-018")
     def apply(self) -> bool:
         return True
 

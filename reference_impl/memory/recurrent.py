@@ -142,6 +142,7 @@ class RecurrentMemory:
             self.head = new_head
         return True
 
+    @implements("MEM-019")
     def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
         if seq_id_src == seq_id_dst:
             return
