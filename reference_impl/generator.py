@@ -30,6 +30,7 @@ from reference_impl.spec_links import implements
 SEED_MOD = 2**32
 
 
+@implements("GEN-024")
 @dataclass(frozen=True)
 class GenerationRequest:
     prompts: Sequence[Sequence[int] | str]

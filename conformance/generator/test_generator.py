@@ -262,6 +262,17 @@ def test_each_prompt_has_its_own_seeded_stream(make_gen: Callable[..., Generator
     assert other_seed.tokens[0] != second_alone.tokens[0]
 
 
+@pytest.mark.invariant("GEN-024")
+def test_a_request_without_a_seed_uses_seed_zero(make_gen: Callable[..., Generator]) -> None:
+    chain = [["top_k", {"k": 50}], ["temp", {"t": 1.5}], ["dist", {}]]
+    prompts = [prompt(5), prompt(4, start=33)]
+    unseeded = run(make_gen(n_seq_max=2), prompts=prompts, max_tokens=6, sampler=chain)
+    zero = run(make_gen(n_seq_max=2), prompts=prompts, max_tokens=6, sampler=chain, seed=0)
+    one = run(make_gen(n_seq_max=2), prompts=prompts, max_tokens=6, sampler=chain, seed=1)
+    assert unseeded.tokens == zero.tokens
+    assert one.tokens != zero.tokens  # the seed shows in these tokens
+
+
 @pytest.mark.invariant("GEN-017")
 @pytest.mark.requires("tokenizer.tokenize")
 def test_string_prompts_are_tokenized_once_with_bos(

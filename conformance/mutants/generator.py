@@ -231,6 +231,21 @@ def _done_step_skips_one(target: Any) -> Any:
     return target
 
 
+def _default_seed_one(target: Any) -> Any:
+    import inspect
+
+    from reference_impl.generator import GenerationRequest
+
+    init = GenerationRequest.__init__
+    with_default = [
+        n for n, p in inspect.signature(init).parameters.items() if p.default is not p.empty
+    ]
+    defaults = list(init.__defaults__ or ())
+    defaults[with_default.index("seed")] = 1  # the defect: a request without a seed gets 1
+    init.__defaults__ = tuple(defaults)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "gen-stop-token-returned",
@@ -302,5 +317,12 @@ MUTANTS = [
         "the closing done record has step n + 2 instead of one past the last decode step",
         ("GEN-023",),
         _done_step_skips_one,
+    ),
+    Mutant(
+        "gen-default-seed-one",
+        "generator",
+        "a request that names no seed is generated with seed 1 instead of 0",
+        ("GEN-024",),
+        _default_seed_one,
     ),
 ]

@@ -684,3 +684,61 @@ MUTANTS += [
         apply=_phi3_name_case_sensitive,
     ),
 ]
+
+
+def _rwkv_dead_end_unk(target: Any) -> Any:
+    from reference_impl.tokenizer.rwkv import RwkvTokenizer
+
+    def _no_token(self: Any, matches: list[bytes], k: int, offset: int) -> int:
+        return int(self.vocab.unk_id)  # the defect: a dead end (tokens start there) is UNK too
+
+    RwkvTokenizer._no_token = _no_token  # type: ignore[method-assign]
+    return target
+
+
+def _rwkv_unmatched_byte_dropped(target: Any) -> Any:
+    from reference_impl.tokenizer.rwkv import RwkvTokenizer
+
+    original = RwkvTokenizer._greedy
+
+    def _greedy(self: Any, data: bytes, offset: int) -> list[int]:
+        ids = original(self, data, offset)
+        unk = self.vocab.unk_id
+        return [t for t in ids if t != unk]  # the defect: a byte no token starts with vanishes
+
+    RwkvTokenizer._greedy = _greedy  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-rwkv-dead-end-unk",
+        "tokenizer",
+        "RWKV gives UNK where only longer tokens start with the byte, instead of refusing",
+        kills=("TOK-076",),
+        apply=_rwkv_dead_end_unk,
+    ),
+    Mutant(
+        "tok-rwkv-unmatched-byte-dropped",
+        "tokenizer",
+        "RWKV drops a byte that no token starts with instead of writing UNK",
+        kills=("TOK-076",),
+        apply=_rwkv_unmatched_byte_dropped,
+    ),
+]
+
+
+def _plamo2_no_score_floor(target: Any) -> Any:
+    replace("reference_impl.tokenizer.plamo2", "INVALID_UNITS", -(1 << 62))  # the defect
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-plamo2-no-score-floor",
+        "tokenizer",
+        "PLaMo-2 keeps tokens scored at or below -2000 as candidates",
+        kills=("TOK-077",),
+        apply=_plamo2_no_score_floor,
+    ),
+]

@@ -238,6 +238,38 @@ def test_min_p_unsorted_filters_in_place(
     assert np.array_equal(out.ids, cur.ids[passing]) and np.array_equal(out.p, cur.p[passing])
 
 
+def _at_threshold_case(p: float) -> tuple[TokenDataArray, list[int]]:
+    """Unsorted rows around min-p's float threshold ``max + logf(p)`` with max = 0: one row
+    exactly at it (kept), one a float step below it (dropped)."""
+    at = F32(np.log(float(F32(p))))  # logf(p), and 0 + logf(p) needs no rounding
+    below = np.nextafter(at, F32(-np.inf))
+    logits = np.array([-8.0, at, 0.0, below, at / F32(2)], F32)
+    cur = TokenDataArray(np.arange(5, dtype=np.int32), logits, np.zeros(5, F32), -1, False)
+    return cur, [1, 2, 4]
+
+
+@pytest.mark.invariant("SMP-032")
+@pytest.mark.requires("sampling.chain", "sampling.min_p")
+@pytest.mark.parametrize(("p", "min_keep"), [(0.5, 1), (0.05, 3)])
+def test_min_p_unsorted_keeps_a_logit_at_the_threshold(
+    target: Any, p: float, min_keep: int
+) -> None:
+    cur, kept = _at_threshold_case(p)
+    out = apply_once(target, [["min_p", {"p": p, "min_keep": min_keep}]], cur)
+    assert out.sorted is False and out.ids.tolist() == kept, describe(out)
+
+
+@pytest.mark.invariant("SMP-032")
+@pytest.mark.requires("sampling.chain", "sampling.min_p")
+def test_min_p_one_keeps_the_tied_maxima_unsorted(target: Any) -> None:
+    # p = 1: the threshold is the maximum itself, so the tied maxima pass the unsorted filter
+    cur = TokenDataArray(
+        np.arange(4, dtype=np.int32), np.array([1.0, 3.0, 2.0, 3.0], F32), np.zeros(4, F32)
+    )
+    out = apply_once(target, [["min_p", {"p": 1.0, "min_keep": 2}]], cur)
+    assert out.sorted is False and out.ids.tolist() == [1, 3], describe(out)
+
+
 @pytest.mark.invariant("SMP-033")
 @pytest.mark.requires("sampling.chain", "sampling.min_p")
 @given(cur=token_arrays(1, 200), p=st.floats(0.001, 1.5), min_keep=st.integers(0, 12))

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 
@@ -107,6 +108,63 @@ def test_control_text_matches_without_parse_special(target: Any, plamo2: Any) ->
     assert target.token_to_piece(plamo2, bos, True) == PLAMO2_SPECIALS[1].encode()
     space = TOKENS.index(" ")
     assert target.token_to_piece(plamo2, space, False) == b" "
+
+
+def _write_vocab(path: Path, extra: tuple[tuple[str, float], ...]) -> str:
+    """A PLaMo-2 vocabulary-only file: the four controls, the 256 BYTE tokens, then ``extra``
+    (NORMAL, with their scores), so ids of ``extra`` start at 260."""
+    tokens = [*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *(t for t, _ in extra)]
+    w = gguf.GGUFWriter(str(path), "plamo2")
+    w.add_tokenizer_model("plamo2")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * 260 + [sc for _, sc in extra])
+    w.add_token_types([3] * 4 + [BYTE] * 256 + [1] * len(extra))
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(3)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def _bytes_of(text: str) -> list[int]:
+    return [4 + b for b in text.encode()]
+
+
+# A token dearer than one unknown code point (10^7): "b" costs 1.5 * 10^7, so "b" is written
+# as its byte; "ab" (1.2 * 10^7) then loses to "a" (5000) + that byte (10^7), which only holds
+# when the cost after "a" is the unknown cost, not b's. Scores stay above -2000 (TOK-077).
+COSTLY = (("a", -0.5), ("b", -1500.0), ("ab", -1200.0))
+
+
+@pytest.mark.invariant("TOK-054")
+def test_unknown_code_point_beats_a_costlier_token(target: Any, tmp_path: Path) -> None:
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-costly.gguf", COSTLY))
+    a, byte_b = 260, _bytes_of("b")[0]
+    assert target.tokenize(vocab, "b", False, False) == [byte_b]
+    assert target.tokenize(vocab, "ab", False, False) == [a, byte_b]
+    assert target.tokenize(vocab, "abab", False, False) == [a, byte_b, a, byte_b]
+    assert target.tokenize(vocab, "a", False, False) == [a]
+
+
+# Three-character tokens against three unknown code points (3 * 10^7): each is cheaper, but
+# llama.cpp drops a token whose score is at or below -2000 (-2 * 10^7 units) from the table.
+FLOOR = (("xyz", -2500.0), ("uvw", -2000.0), ("rst", -1999.9999))
+
+
+@pytest.mark.invariant("TOK-077")
+def test_a_token_at_or_below_the_score_floor_is_no_candidate(target: Any, tmp_path: Path) -> None:
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-floor.gguf", FLOOR))
+    got = {t: target.tokenize(vocab, t, False, False) for t in ("xyz", "uvw", "rst", "rstuvw")}
+    assert got == {
+        "xyz": _bytes_of("xyz"),
+        "uvw": _bytes_of("uvw"),
+        "rst": [262],
+        "rstuvw": [262, *_bytes_of("uvw")],
+    }
 
 
 @pytest.mark.invariant("TOK-062")

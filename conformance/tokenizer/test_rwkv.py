@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import ast
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 
+from conformance.assertions import raises_code
 from conformance.fixtures.vocabularies import rwkv_vocab, rwkv_vocab_path
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
@@ -92,3 +95,43 @@ def test_rwkv_pieces(target: Any, rwkv: Any) -> None:
             assert target.token_to_piece(rwkv, 0, True) == b"<s>"
         else:
             assert target.token_to_piece(rwkv, tid, False) == raw
+
+
+# A vocabulary without the one-byte tokens: no token starts with "x", "z" or NUL; "c" starts
+# only "cd"; "é" is one two-byte token.
+SPARSE = ("<s>", "a", "b", "ab", "cd", "\\xc3\\xa9")
+
+
+def _write_sparse(path: Path, unk: int | None) -> str:
+    w = gguf.GGUFWriter(str(path), "rwkv6")
+    w.add_tokenizer_model("rwkv")
+    w.add_token_list(list(SPARSE))
+    w.add_token_types([3] + [1] * (len(SPARSE) - 1))
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    if unk is not None:
+        w.add_unk_token_id(unk)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-076")
+@pytest.mark.parametrize("unk", [None, 2])
+def test_a_byte_no_token_starts_with_is_unk(target: Any, tmp_path: Path, unk: int | None) -> None:
+    vocab = target.load_vocab(_write_sparse(tmp_path / "rwkv-sparse.gguf", unk))
+    u = -1 if unk is None else unk  # no unknown_token_id key: RWKV has no UNK (LLAMA_TOKEN_NULL)
+    got = {t: target.tokenize(vocab, t, False, False) for t in ("xab", "abx", "zz", "é!", "\x00a")}
+    assert got == {"xab": [u, 3], "abx": [3, u], "zz": [u, u], "é!": [5, u], "\x00a": [u, 1]}
+    assert target.tokenize(vocab, "cdab", False, False) == [4, 3]
+
+
+@pytest.mark.invariant("TOK-076")
+@pytest.mark.requires("model.errors")
+def test_a_byte_only_longer_tokens_start_with_is_refused(target: Any, tmp_path: Path) -> None:
+    # llama.cpp emits id 0 and restarts at offset 0 here, forever: not run against it
+    vocab = target.load_vocab(_write_sparse(tmp_path / "rwkv-sparse.gguf", 2))
+    with raises_code("TOK_RWKV_NO_TOKEN", field="text", index=3):
+        target.tokenize(vocab, "abxce", False, False)

@@ -3,9 +3,10 @@
 A raw-text fragment (one leading U+FEFF dropped) is split into code points and segmented by
 dynamic programming from the right: ``cost[n] = 0`` and ``cost[i]`` is the least
 ``cost[i + len(t)] - round(score(t) * 10^4)`` over the tokens ``t`` that start at ``i`` (every
-token that is not BYTE and has a finite score, CONTROL tokens included), trying longer tokens
-first and replacing only on a strictly lower cost; the last option is one unknown code point at
-``cost[i + 1] + 10^7``, written out as the BYTE tokens of its UTF-8 bytes. (llama.cpp finds the
+token that is not BYTE and has a finite score of more than -2 * 10^7 units, CONTROL tokens
+included), trying longer tokens first and replacing only on a strictly lower cost; the last
+option is one unknown code point at ``cost[i + 1] + 10^7``, written out as the BYTE tokens of
+its UTF-8 bytes. (llama.cpp finds the
 candidates with a suffix automaton; the result is the same.) ``add_special`` adds nothing;
 pieces are raw token text (no ``'▁'`` replacement) or a BYTE token's byte.
 """
@@ -22,6 +23,7 @@ from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import BaseTokenizer, TokenType, Vocab
 
 UNKNOWN_COST = 10_000_000
+INVALID_UNITS = -20_000_000  # a token scored at or below this many units is no candidate
 
 
 def _score_units(score: float) -> int:
@@ -34,6 +36,7 @@ def _score_units(score: float) -> int:
 class Plamo2Tokenizer(BaseTokenizer):
     """llama.cpp's PLaMo-2 tokenizer over one :class:`Vocab` with ``model = "plamo2"``."""
 
+    @implements("TOK-077")
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
         self.byte_ids = [-1] * 256
@@ -44,7 +47,9 @@ class Plamo2Tokenizer(BaseTokenizer):
                     self.byte_ids[int(text[3:5], 16)] = i
                 continue
             if math.isfinite(vocab.scores[i]):
-                self.candidates[text] = (_score_units(vocab.scores[i]), i)  # last id wins
+                units = _score_units(vocab.scores[i])
+                if units > INVALID_UNITS:  # llama.cpp's INVALID_SCORE: no candidate at or below
+                    self.candidates[text] = (units, i)  # last id wins
         self._init_search()
 
     @implements("TOK-054")

@@ -103,6 +103,7 @@ class RwkvTokenizer(BaseTokenizer):
             ]
         return cast("list[int]", found)
 
+    @implements("TOK-076")
     def _no_token(self, matches: list[bytes], k: int, offset: int) -> int:
         """The id for ``matches[k]``, a byte no token matched at: UNK when no token starts with
         it; when some longer one does, llama.cpp loops forever (it restarts at offset 0)."""
