@@ -183,3 +183,19 @@ def test_sampled_tokens_follow_the_row_mapping(new_ctx: Callable[..., Any]) -> N
         assert ctx.get_sampled_token_ith(i) == int(np.argmax(ctx.get_logits_ith(i)))
     with raises_code("OUT_NOT_OUTPUT"):
         ctx.get_sampled_token_ith(1)  # not flagged
+
+
+@pytest.mark.invariant("DEC-068")
+@pytest.mark.requires("decoder.memory_ops", "decoder.errors")
+def test_negative_position_is_refused_with_minus_one(new_ctx: Callable[..., Any]) -> None:
+    # Sequence 1's memory is empty, so the sanitizer lets a negative start through (SAN-021);
+    # planning its cells refuses it before any K/V is written or output row reserved.
+    ctx = new_ctx(n_batch=16, n_seq_max=2, kv_unified=True)
+    assert ctx.decode(batch(prompt(3), pos=[0, 1, 2])) == 0
+    last = np.asarray(ctx.get_logits_ith(2)).copy()
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        assert ctx.decode(batch(prompt(3, start=9), seqs=[[1]] * 3, pos=[-2, -1, 0])) == -1
+    assert_code(ctx.last_error, "KV_POS_RANGE", field="pos", index=0)
+    assert np.array_equal(last, np.asarray(ctx.get_logits_ith(2)))
+    assert ctx.decode(batch(prompt(3, start=9), seqs=[[1]] * 3, pos=[0, 1, 2])) == 0
+    assert memory_view(ctx) == {0: (0, 2), 1: (0, 2)}

@@ -50,7 +50,14 @@ def _pair(new_ctx: Callable[..., Any], model: str, **params: Any) -> tuple[Any, 
 @pytest.mark.invariant("DEC-060")
 @pytest.mark.parametrize(
     ("model", "n_seqs", "unified"),
-    [("mha", 1, True), ("gqa", 2, True), ("gqa", 2, False), ("tied", 1, True), ("q4", 3, True)],
+    [
+        ("mha", 1, True),
+        ("mqa", 2, True),
+        ("gqa", 2, True),
+        ("gqa", 2, False),
+        ("tied", 1, True),
+        ("q4", 3, True),
+    ],
 )
 def test_native_step_matches_the_torch_forward(
     new_ctx: Callable[..., Any], model: str, n_seqs: int, unified: bool

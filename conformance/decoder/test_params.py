@@ -83,6 +83,22 @@ def test_default_parameters(target: Any, load: Callable[[str], Any]) -> None:
         release(ctx)
 
 
+@pytest.mark.requires("decoder.logits", "decoder.memory_ops", "model.arch.gemma3")
+@pytest.mark.invariant("DEC-009")
+def test_swa_full_is_the_default(new_ctx: Callable[..., Any]) -> None:
+    # gemma3 slides over 8 positions. Without swa_full the window cache would have
+    # pad(8 + n_ubatch 8) = 256 cells and, once full, reuse the oldest one, moving seq_pos_min
+    # (MEM-015); the default keeps all 512, so position 0 is still there after 288 tokens.
+    ctx = new_ctx("gemma3", n_ctx=512, n_batch=32, n_ubatch=8)
+    toks = prompt(288, start=11, stride=23)
+    for start in range(0, len(toks), 32):
+        out = [0] * 31 + [1]
+        assert (
+            ctx.decode(batch(toks[start : start + 32], pos=range(start, start + 32), out=out)) == 0
+        )
+    assert (ctx.seq_pos_min(0), ctx.seq_pos_max(0)) == (0, 287)
+
+
 @pytest.mark.requires("decoder.logits", "decoder.non_causal")
 @pytest.mark.invariant("DEC-003")
 def test_attention_type_decides_causality(new_ctx: Callable[..., Any]) -> None:

@@ -365,6 +365,51 @@ def _default_n_ubatch_256(target: Any) -> Any:
     return target
 
 
+def _default_swa_full_off(target: Any) -> Any:
+    """The window cache of a sliding-window model holds one window and a ubatch by default."""
+    from reference_impl.decoder.params import ContextParams
+
+    replace(
+        "reference_impl.decoder.context", "ContextParams", lambda: ContextParams(swa_full=False)
+    )
+    return target
+
+
+def _negative_position_is_minus_two(target: Any) -> Any:
+    """A batch the KV cache cannot place (a negative position) is reported as a compute
+    failure, -2, instead of an invalid batch."""
+    from reference_impl.decoder import context as ctx_mod
+    from reference_impl.errors import KVCacheError
+
+    original = ctx_mod.Context._prepare_memory
+
+    def prepare(self: Any, splitter: Any) -> Any:
+        try:
+            return original(self, splitter)
+        except ctx_mod._StepFailed as failure:
+            if isinstance(failure.error, KVCacheError):
+                raise ctx_mod._StepFailed(-2, failure.error) from failure
+            raise
+
+    ctx_mod.Context._prepare_memory = prepare  # type: ignore[method-assign]
+    return target
+
+
+def _native_refuses_mqa(target: Any) -> Any:
+    """The native step is refused for a model with a single K/V head (n_head_kv == 1)."""
+    from reference_impl.native import step
+
+    original = step.unsupported
+
+    def unsupported(graph: Any) -> str | None:
+        if graph.hparams.n_head_kv == 1:
+            return "n_head_kv == 1"
+        return original(graph)
+
+    replace("reference_impl.native.step", "unsupported", unsupported)
+    return target
+
+
 def _tail_seq_rm_keeps_first_cell(target: Any) -> Any:
     """seq_rm(s, p, -1) removes [p + 1, inf): the next decode continues at p + 1."""
     from reference_impl.decoder.context import Context
@@ -783,6 +828,27 @@ MUTANTS = [
         "the default n_ubatch is 256 instead of 512",
         ("DEC-009",),
         _default_n_ubatch_256,
+    ),
+    Mutant(
+        "dec-default-swa-full-off",
+        "decoder",
+        "swa_full defaults to False: a sliding-window model's window cache holds one window",
+        ("DEC-009",),
+        _default_swa_full_off,
+    ),
+    Mutant(
+        "dec-negative-position-minus-two",
+        "decoder",
+        "a negative position refused by the KV cache makes decode return -2, not -1",
+        ("DEC-068",),
+        _negative_position_is_minus_two,
+    ),
+    Mutant(
+        "native-refuses-mqa",
+        "decoder",
+        "the native step refuses a model with one K/V head (multi-query attention)",
+        ("DEC-060",),
+        _native_refuses_mqa,
     ),
     Mutant(
         "dec-tail-seq-rm-keeps-first-cell",

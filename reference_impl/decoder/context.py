@@ -290,7 +290,7 @@ class Context:
         if limit_error is not None:
             raise _StepFailed(-1, limit_error)
 
-    @implements("DEC-023", "DEC-024", "DEC-025", "DEC-034", "DEC-036")
+    @implements("DEC-023", "DEC-024", "DEC-025", "DEC-034", "DEC-036", "DEC-068")
     def _prepare_memory(self, splitter: BatchSplitter) -> MemoryContext:
         """Steps 3, 2 and 4 in one coordinator call, in llama.cpp's order: the memory update
         first (pending K-shifts and stream copies, so the new tokens are placed and attend after
