@@ -126,17 +126,22 @@ def _tail_from_quantized(target: Any) -> Any:
     return target
 
 
-def _eligible_any_head_dim(target: Any) -> Any:
-    from kernels import decoupled
+def _eligibility_rule_skipped(module: str, words: str) -> Any:
+    """A mutant whose ``module.ineligibility`` ignores the rule whose reason contains ``words``."""
 
-    original = decoupled.ineligibility
+    def apply(target: Any) -> Any:
+        import importlib
 
-    def ineligibility(*args: Any) -> str:
-        why = original(*args)
-        return "" if "power of two" in why else why  # the defect: the head-dim rule is skipped
+        original = importlib.import_module(module).ineligibility
 
-    replace("kernels.decoupled", "ineligibility", ineligibility)
-    return target
+        def ineligibility(*args: Any) -> str:
+            why = original(*args)
+            return "" if words in why else why  # the defect: the call goes to the kernels
+
+        replace(module, "ineligibility", ineligibility)
+        return target
+
+    return apply
 
 
 def _auto_always_one_pass(target: Any) -> Any:
@@ -164,19 +169,6 @@ def _two_pass_counts_nothing(target: Any) -> Any:
         return out, 0  # the defect: the record says no partition ran (as a 1-pass call would)
 
     replace("kernels.decode_attention", "_two_pass", two_pass)
-    return target
-
-
-def _gqa_group_limit_skipped(target: Any) -> Any:
-    from kernels import decode_attention
-
-    original = decode_attention.ineligibility
-
-    def ineligibility(*args: Any) -> str:
-        why = original(*args)
-        return "" if "group" in why else why  # the defect: any GQA group goes to the kernels
-
-    replace("kernels.decode_attention", "ineligibility", ineligibility)
     return target
 
 
@@ -241,7 +233,7 @@ MUTANTS = [
         "kernels",
         "a GQA call with more than 64 query heads per KV head runs the kernels instead of torch",
         ("KRN-025",),
-        _gqa_group_limit_skipped,
+        _eligibility_rule_skipped("kernels.decode_attention", "group"),
     ),
     Mutant(
         "krn-null-per-partition",
@@ -304,7 +296,7 @@ MUTANTS = [
         "kernels",
         "eligibility forgets the power-of-two head-dim rule, so the kernel is launched anyway",
         ("KRN-021",),
-        _eligible_any_head_dim,
+        _eligibility_rule_skipped("kernels.decoupled", "power of two"),
     ),
     Mutant(
         "krn-auto-ignores-threshold",
