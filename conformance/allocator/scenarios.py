@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.strategies.allocator import contiguous
 from reference_impl.allocator.graph import (
     SIZE_MAX,
     Graph,
     Layout,
     Tensor,
     build_graph,
-    contiguous,
 )
 from reference_impl.allocator.planner import BufferType
 

@@ -345,11 +345,12 @@ def test_chunk_alignment_must_be_a_power_of_two(target: Any, alignment: int) -> 
 def test_released_or_missing_chunks_are_refused(target: Any) -> None:
     ca = target.allocator_chunks(8, 64)
     ca.alloc(8)
-    with (
-        unchanged(lambda: (ca.free_blocks(0), ca.chunk_max_sizes())),
-        raises_code("ALLOC_STATE", field="chunk", what="a free in chunk 3 of 1"),
-    ):
-        ca.free((3, 0), 8)
+    for chunk in (1, 3, -1):  # one past the last, far past, and below the first
+        with (
+            unchanged(lambda: (ca.free_blocks(0), ca.chunk_max_sizes())),
+            raises_code("ALLOC_STATE", field="chunk", what=f"a free in chunk {chunk} of 1"),
+        ):
+            ca.free((chunk, 0), 8)
     ca.release()
     for call in (lambda: ca.alloc(8), lambda: ca.free((0, 0), 8), ca.reset):
         with raises_code("ALLOC_STATE", what="after release"):

@@ -48,6 +48,22 @@ def test_views_and_tensors_with_data(target: Any) -> None:
 
 
 @pytest.mark.invariant("ALLOC-032")
+def test_views_after_an_oversized_tensor_belong_to_no_buffer(target: Any) -> None:
+    """Max 16: the 24-byte tensor closes its own buffer when the next tensor comes, and the
+    view and the tensor with data after it start a buffer that never gets a byte, so neither is
+    placed (ggml never initializes them); every tensor is still listed."""
+    buft = BufferType("dummy", 8, 16)
+    tensors = [
+        _t("a", 24),
+        _t("v", 8, op="VIEW", src=("a",), view_src="a", view_offs=8),
+        _t("w", 8, has_data=True),
+    ]
+    got = target.allocator_ctx_tensors(tensors, buft)
+    assert got.buffer_sizes == (24,)
+    assert got.placements == {"a": (0, 0), "v": None, "w": None}
+
+
+@pytest.mark.invariant("ALLOC-032")
 def test_nothing_to_place_makes_no_buffer(target: Any) -> None:
     buft = BufferType("dummy", 8, 64)
     tensors = [_t("w", 40, has_data=True), _t("v", 8, op="VIEW", src=("w",), view_src="w")]

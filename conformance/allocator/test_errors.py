@@ -90,6 +90,16 @@ def test_bad_graph_descriptions(target: Any, graph: Graph, field: str) -> None:
     assert ga.alloc_graph(_good()), "the planner still works after a refused graph"
 
 
+@pytest.mark.invariant("ALLOC-048")
+def test_ten_sources_are_the_most_a_tensor_may_have(target: Any) -> None:
+    """ggml's src array has ten slots: ten sources plan, eleven are refused (above)."""
+    xs = [inp(f"x{i}", 4) for i in range(10)]
+    g = build_graph([*xs, out(f32("c", 40, "CONCAT", *(x.name for x in xs)))], ["c"])
+    ga = target.allocator_planner(ONE)
+    assert ga.alloc_graph(g), "a node with ten sources was refused"
+    assert ga.placements["c"] is not None
+
+
 @pytest.mark.invariant("ALLOC-049", "ALLOC-033")
 @pytest.mark.parametrize(
     ("node_ids", "leaf_ids", "field", "index"),

@@ -12,7 +12,8 @@ from conformance.allocator.checks import chunk_offsets, plan_violations
 from conformance.allocator.scenarios import f32, inp, out, view
 from conformance.strategies import allocator as als
 from conformance.strategies import kernels as ks
-from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph, contiguous
+from conformance.strategies.allocator import contiguous
+from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph
 from reference_impl.allocator.planner import BufferType
 
 pytestmark = pytest.mark.requires("allocator.planner")
@@ -78,6 +79,24 @@ def test_size_only_reserve_reports_the_chunks(target: Any, case: als.GraphCase) 
     want = [sum(ga.chunk_sizes(i)) for i in range(len(case.bufts))]
     # a shared buffer type reports its chunks at every index that uses it
     assert sizes == want, f"reserve_size {sizes}, the chunks a reserve makes {want}"
+
+
+@pytest.mark.invariant("ALLOC-028")
+def test_size_only_reserve_drops_a_buffer_it_outgrows(target: Any) -> None:
+    """A size-only reservation that needs more than a buffer holds frees that buffer (its size
+    reads 0) and makes none; the next real reservation makes one again, even for a graph the
+    old buffer would have held."""
+    small = build_graph([inp("a", 4), out(f32("b", 4, "CPY", "a"))], ["b"])
+    big = build_graph([inp("a", 64), out(f32("b", 64, "CPY", "a"))], ["b"])
+    ga = target.allocator_planner(ONE)
+    assert ga.reserve(small)
+    assert ga.buffer_size(0) == 32 and ga.allocations == [(0, 32)]
+    assert ga.reserve_size(big) == [512]
+    assert ga.buffer_size(0) == 0, "reserve_size kept a buffer too small for its graph"
+    assert ga.allocations == [(0, 32)], "reserve_size made backing memory"
+    assert ga.reserve(small)
+    assert ga.buffer_size(0) == 32
+    assert ga.allocations == [(0, 32), (0, 32)], "the dropped buffer was not made again"
 
 
 @pytest.mark.invariant("ALLOC-017")

@@ -13,8 +13,27 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from reference_impl.allocator.graph import SIZE_MAX, Graph, Layout, Tensor, build_graph, contiguous
+from reference_impl.allocator.graph import (
+    SIZE_MAX,
+    TYPE_SIZES,
+    Graph,
+    Layout,
+    Tensor,
+    build_graph,
+)
 from reference_impl.allocator.planner import BufferType
+
+
+def contiguous(*ne: int, type: str = "i8") -> Layout:
+    """A row-major layout of shape ``ne`` (1 to 4 dims, innermost first): the test inputs'
+    own builder, so a target is handed the layouts and never computes them."""
+    dims = ((*tuple(ne), 1, 1, 1, 1))[:4]
+    es = TYPE_SIZES[type]
+    nb = [es]
+    for n in dims[:3]:
+        nb.append(nb[-1] * n)
+    return Layout(type, (dims[0], dims[1], dims[2], dims[3]), (nb[0], nb[1], nb[2], nb[3]))
+
 
 IN_PLACE = ("ADD", "MUL", "SCALE", "SQR", "CLAMP")
 FRESH = ("CPY", "MEAN", "PAD", "CONCAT", "MUL_MAT")

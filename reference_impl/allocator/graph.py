@@ -68,16 +68,6 @@ class Layout:
         )
 
 
-def contiguous(*ne: int, type: str = "i8") -> Layout:
-    """A row-major layout of shape ``ne`` (1 to 4 dims, innermost first)."""
-    dims = ((*tuple(ne), 1, 1, 1, 1))[:4]
-    es = TYPE_SIZES[type]
-    nb = [es]
-    for n in dims[:3]:
-        nb.append(nb[-1] * n)
-    return Layout(type, (dims[0], dims[1], dims[2], dims[3]), (nb[0], nb[1], nb[2], nb[3]))
-
-
 @dataclass(frozen=True)
 class Tensor:
     """One tensor of a graph.
@@ -106,7 +96,10 @@ class Tensor:
 
     @property
     def shape(self) -> Layout:
-        return self.layout if self.layout is not None else contiguous(self.size)
+        if self.layout is not None:
+            return self.layout
+        # no layout given: one row of size int8 bytes
+        return Layout("i8", (self.size, 1, 1, 1), (1, self.size, self.size, self.size))
 
 
 @dataclass(frozen=True)
