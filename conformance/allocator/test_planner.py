@@ -389,6 +389,21 @@ def test_a_view_met_before_its_root_is_placed_later(target: Any) -> None:
     assert ga.placements["v"] == ga.placements["r"], ga.placements
 
 
+@pytest.mark.invariant("ALLOC-024", "ALLOC-025")
+def test_a_node_met_again_after_its_last_consumer_is_placed_anew(target: Any) -> None:
+    """Decision D7: n reads r, which is listed after it. r is placed as n's source and freed
+    once n (its only child) is done; m then takes r's block; when r itself comes, it is free,
+    so it gets a new place rather than the block m now holds."""
+    a = inp("a", 4)
+    r = f32("r", 4, "CPY", "a")
+    n = out(f32("n", 4, "CPY", "r"))
+    m = out(f32("m", 4, "CPY", "a"))
+    g = Graph({t.name: t for t in (a, r, n, m)}, ("n", "m", "r"), ("a",), ("a", "r", "n", "m"))
+    got = place(target, g)
+    # r first took (0, 16); m took it once r was freed (ggml 0.25.3 places them the same)
+    assert got == {"a": (0, 0), "n": (0, 32), "m": (0, 16), "r": (0, 48)}, got
+
+
 @pytest.mark.invariant("ALLOC-004")
 def test_sizes_are_rounded_up_when_placed_and_freed(target: Any) -> None:
     """5 and 3 bytes at alignment 8 take 8 each; a's 5 bytes, freed, leave an 8-byte hole."""
