@@ -105,6 +105,18 @@ def check_ubatch(ub: Any, sb: Any) -> None:
     assert np.array_equal(seq_idx, expect)
 
 
+def check_empty_ubatch(ub: Any) -> None:
+    """SPL-015: the empty ubatch counts nothing and every per-token field has no row."""
+    counts = (ub.n_tokens, ub.n_seq_tokens, ub.n_seqs, ub.n_seqs_unq)
+    assert counts == (0, 0, 0, 0), (
+        f"empty ubatch counts (n_tokens, n_seq_tokens, n_seqs, n_seqs_unq) {counts}"
+    )
+    for name in ("pos", "n_seq_id", "seq_id", "seq_id_unq", "output", "idxs"):
+        rows = np.asarray(getattr(ub, name)).shape[0]
+        assert rows == 0, f"empty ubatch field {name} has {rows} rows"
+    assert np.array_equal(np.asarray(ub.seq_idx), np.full(LLAMA_MAX_SEQ, -1)), "seq_idx not all -1"
+
+
 def ints(values: Any) -> str:
     """A compact, diff-friendly rendering of an integer sequence ("0 1 2")."""
     return " ".join(str(int(v)) for v in values)

@@ -263,12 +263,6 @@ class BatchSplitter:
             return np.zeros(0, dtype=np.int32)
         return np.concatenate(self._out_chunks).astype(np.int32)
 
-    def ubatch_reserve(self, n_seq_tokens: int, n_seqs: int) -> UBatch:
-        """llama.cpp's ubatch_reserve on the allocator: a reservation ubatch; resets the split."""
-        ub = ubatch_reserve(n_seq_tokens, n_seqs, n_pos_per_embd=self.sb.n_pos)
-        self.split_reset()
-        return ub
-
     def _advance_first_unused(self) -> int:
         c = self._first_unused
         window = 256

@@ -18,7 +18,6 @@ from reference_impl.batch.split import (
     check_n_ubatch,
     empty_ubatch,
     make_ubatch,
-    ubatch_reserve,
 )
 from reference_impl.batch.types import UBatch
 from reference_impl.errors import BatchError
@@ -59,10 +58,6 @@ class ScalarSplitter:
     @property
     def out_ids(self) -> list[int]:
         return list(self._out_ids)
-
-    def ubatch_reserve(self, n_seq_tokens: int, n_seqs: int) -> UBatch:
-        self.split_reset()
-        return ubatch_reserve(n_seq_tokens, n_seqs, n_pos_per_embd=self.sb.n_pos)
 
     def _take(self, i: int) -> None:
         assert not self._used[i]
