@@ -1,4 +1,5 @@
-"""The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015)."""
+"""The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015, DBA-017,
+DBA-020)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,32 @@ def test_generate_given_or_derived_policy_gives_the_same_tokens(target: Any) -> 
     derived = tokens("--kv-quant", "fused", "--kv-resid", "2")
     assert derived[:2] == [4, 8] and len(derived) == 5, derived
     assert tokens("--kv-policy", "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=2") == derived
+
+
+@pytest.mark.invariant("DBA-020")
+@pytest.mark.parametrize(
+    ("argv", "steps"),
+    [
+        (SCORE, 5),
+        (["score", "--seed", "1", "--tokens", "3,9"], 1),
+        (["generate", "--seed", "1", "--prompt", "4,8,15", "--max-new", "2"], 4),
+        (["generate", "--seed", "1", "--prompt", "4", "--max-new", "1"], 1),
+        ([*SCORE, "--decode-path", "streaming"], 5),
+    ],
+)
+def test_decode_paths_count_one_per_layer_and_step(
+    target: Any, tmp_path: Path, argv: list[str], steps: int
+) -> None:
+    rows = _summary(target, tmp_path, *argv)
+    n_layer = int(rows["Model"].split("n_layer=")[1].split()[0])
+    taken = rows["Decode paths taken"].split(", ")
+    counts = {p.rsplit(" x", 1)[0]: int(p.rsplit(" x", 1)[1]) for p in taken}
+    assert list(counts) == sorted(counts), f"paths not sorted by name: {taken}"
+    assert sum(counts.values()) == n_layer * steps, (
+        f"{rows['Decode paths taken']!r}: {n_layer} layers x {steps} steps expected"
+    )
+    if "streaming" in argv:
+        assert list(counts) == ["streaming"], taken
 
 
 @pytest.mark.invariant("DBA-017")

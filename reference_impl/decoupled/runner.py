@@ -177,10 +177,12 @@ def _model(args: argparse.Namespace) -> tuple[DecoupledLM, str]:
     return DecoupledLM(cfg, seed=args.seed), f"random (seed {args.seed})"
 
 
+@implements("DBA-020")
 def _paths(counter: Counter[str]) -> str:
     return ", ".join(f"{p} x{n}" for p, n in sorted(counter.items())) or "-"
 
 
+@implements("DBA-020")
 def _decode_all(
     model: DecoupledLM,
     policy: KVCachePolicy,
