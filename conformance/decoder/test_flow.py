@@ -177,6 +177,27 @@ def test_embedding_rows_of_the_wrong_width_are_invalid(
     assert ctx.decode(Batch(embd=good)) == 0
 
 
+@pytest.mark.invariant("DEC-069")
+@pytest.mark.uses("decoder.memory_ops")
+def test_a_batch_with_tokens_and_embeddings_decodes_the_tokens(
+    new_ctx: Callable[..., Any], target: Any
+) -> None:
+    """The embedding rows of a token batch (SAN-025) are carried, not decoded: every logits row
+    equals the token-only batch's, and memory holds the same positions."""
+    toks = prompt(5)
+    plain = batch(toks, all_out=True)
+    rows = np.full((len(toks), 64), 0.5, dtype=np.float32)  # the gqa fixture has n_embd 64
+    both = Batch(plain.token, rows, plain.pos, plain.n_seq_id, plain.seq_id, plain.logits)
+    want_ctx, got_ctx = new_ctx(n_batch=16), new_ctx(n_batch=16)
+    assert want_ctx.decode(plain) == 0
+    assert got_ctx.decode(both) == 0, "decode of tokens + embeddings failed"
+    np.testing.assert_array_equal(
+        np.asarray(got_ctx.get_logits()), np.asarray(want_ctx.get_logits())
+    )
+    if target.has("decoder.memory_ops"):
+        assert memory_view(got_ctx) == memory_view(want_ctx)
+
+
 @pytest.mark.invariant("DEC-021")
 @pytest.mark.requires("decoder.embeddings")
 def test_embeddings_make_every_token_an_output(new_ctx: Callable[..., Any]) -> None:

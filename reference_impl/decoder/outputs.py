@@ -41,7 +41,6 @@ class OutputBuffers:
     output_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     n_outputs: int = 0
     swaps: list[tuple[int, int]] = field(default_factory=list)
-    reallocations: int = 0  # how many times the buffers grew (tests read it)
 
     @implements("OUT-003", "OUT-017")
     def __post_init__(self) -> None:
@@ -68,7 +67,6 @@ class OutputBuffers:
             )
             self.sampled = np.full(n_rows, -1, dtype=np.int32)
             self.capacity = n_rows
-            self.reallocations += 1
         self.sampled.fill(-1)
         self.output_ids.fill(-1)
         self.n_outputs = 0
