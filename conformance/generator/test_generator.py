@@ -262,6 +262,24 @@ def test_each_prompt_has_its_own_seeded_stream(make_gen: Callable[..., Generator
     assert other_seed.tokens[0] != second_alone.tokens[0]
 
 
+@pytest.mark.invariant("GEN-015")
+def test_the_seed_of_a_later_prompt_wraps_at_2_to_the_32(
+    make_gen: Callable[..., Generator],
+) -> None:
+    """Seed 2^32 - 1: the second prompt's chain is seeded (2^32 - 1 + 1) mod 2^32 = 0."""
+    chain = [["top_k", {"k": 50}], ["temp", {"t": 1.5}], ["dist", {}]]
+    second = prompt(4, start=33)
+    both = run(
+        make_gen(n_seq_max=2),
+        prompts=[prompt(5), second],
+        max_tokens=6,
+        sampler=chain,
+        seed=2**32 - 1,
+    )
+    zero = run(make_gen(n_seq_max=1), prompts=[second], max_tokens=6, sampler=chain, seed=0)
+    assert both.tokens[1] == zero.tokens[0]
+
+
 @pytest.mark.invariant("GEN-024")
 def test_a_request_without_a_seed_uses_seed_zero(make_gen: Callable[..., Generator]) -> None:
     chain = [["top_k", {"k": 50}], ["temp", {"t": 1.5}], ["dist", {}]]
