@@ -185,31 +185,35 @@ def run_loads(spec: str, paths: list[Path]) -> list[str]:
     return outcomes
 
 
+def load_corruptions(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Every corruption of the ``mha`` fixture written under ``tmp_path`` and loaded by the
+    engine under test (``--target``): case name -> outcome."""
+    source = fixture_path("mha")
+    cases = corruptions(source.read_bytes(), int(gguf.GGUFReader(str(source)).data_offset))
+    paths = []
+    for name, blob in cases.items():
+        path = tmp_path / f"{name}.gguf"
+        path.write_bytes(blob)
+        paths.append(path)
+    outcomes = run_loads(str(request.config.getoption("--target")), paths)
+    assert len(outcomes) == len(cases)
+    return dict(zip(cases, outcomes, strict=True))
+
+
 @pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods(), reason="needs fork"
 )
 def test_corrupted_files_load_or_fail_typed(
     target: Any, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    source = fixture_path("mha")
-    data = source.read_bytes()
-    meta_end = int(gguf.GGUFReader(str(source)).data_offset)
-    cases = corruptions(data, meta_end)
-    paths = []
-    for name, blob in cases.items():
-        path = tmp_path / f"{name}.gguf"
-        path.write_bytes(blob)
-        paths.append(path)
-    spec = str(request.config.getoption("--target"))
-    outcomes = run_loads(spec, paths)
-    assert len(outcomes) == len(cases)
+    outcomes = load_corruptions(request, tmp_path)
     bad = {
         name: got
-        for name, got in zip(cases, outcomes, strict=True)
+        for name, got in outcomes.items()
         if got != "loaded" and not (got.startswith("code ") and got[5:] in LOAD_CODES)
     }
-    assert not bad, f"{len(bad)} of {len(cases)} corrupted files: {bad}"
+    assert not bad, f"{len(bad)} of {len(outcomes)} corrupted files: {bad}"
     # The cases must exercise both sides: most corruptions are refused, some still load.
-    refused = sum(got != "loaded" for got in outcomes)
-    assert refused > len(cases) // 2, outcomes
-    request.node.user_properties.append(("fuzz_cases", len(cases)))
+    refused = sum(got != "loaded" for got in outcomes.values())
+    assert refused > len(outcomes) // 2, outcomes
+    request.node.user_properties.append(("fuzz_cases", len(outcomes)))

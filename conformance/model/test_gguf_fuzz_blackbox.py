@@ -14,11 +14,9 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pytest
 
-from conformance.fixtures.gguf_models import fixture_path
-from conformance.model.test_gguf_fuzz import corruptions, run_loads
+from conformance.model.test_gguf_fuzz import load_corruptions
 
 pytestmark = [pytest.mark.invariant("GGUF-045"), pytest.mark.requires("model.load")]
 
@@ -35,18 +33,9 @@ def _ended_cleanly(outcome: str) -> bool:
 def test_corrupted_files_load_or_are_refused_without_crash(
     target: Any, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    source = fixture_path("mha")
-    data = source.read_bytes()
-    cases = corruptions(data, int(gguf.GGUFReader(str(source)).data_offset))
-    paths = []
-    for name, blob in cases.items():
-        path = tmp_path / f"{name}.gguf"
-        path.write_bytes(blob)
-        paths.append(path)
-    outcomes = run_loads(str(request.config.getoption("--target")), paths)
-    assert len(outcomes) == len(cases)
-    bad = {name: got for name, got in zip(cases, outcomes, strict=True) if not _ended_cleanly(got)}
-    assert not bad, f"{len(bad)} of {len(cases)} corrupted files crashed or hung the load: {bad}"
-    refused = sum(got != "loaded" for got in outcomes)
-    request.node.user_properties.append(("fuzz_cases", len(cases)))
+    outcomes = load_corruptions(request, tmp_path)
+    bad = {name: got for name, got in outcomes.items() if not _ended_cleanly(got)}
+    assert not bad, f"{len(bad)} of {len(outcomes)} corrupted files crashed or hung the load: {bad}"
+    refused = sum(got != "loaded" for got in outcomes.values())
+    request.node.user_properties.append(("fuzz_cases", len(outcomes)))
     request.node.user_properties.append(("fuzz_refused", refused))
