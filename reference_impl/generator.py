@@ -231,9 +231,9 @@ class Generator:
             if limits[s] == 0:
                 reasons[s] = "length"
         pre = self._step("prefill", 0, active=list(live), kv_before=self._kv(range(n)))
-        rows = self._prefill(prompts, live, pre, trace)
+        last_logits = self._prefill(prompts, live, pre, trace)
         pre.kv_after = self._kv(range(n))
-        nxt = self._select(live, rows, samplers, pre, req.record_logits)
+        nxt = self._select(live, last_logits, samplers, pre, req.record_logits)
         trace.append(pre)
 
         # -- decode steps
@@ -264,9 +264,8 @@ class Generator:
             for s, _, p in feed:
                 pos[s] = p
             st.kv_after = self._kv(range(n))
-            nxt = self._select(
-                active, {s: k for k, (s, _, _) in enumerate(feed)}, samplers, st, req.record_logits
-            )
+            rows = {s: np.asarray(self.ctx.get_logits_ith(k)) for k, (s, _, _) in enumerate(feed)}
+            nxt = self._select(active, rows, samplers, st, req.record_logits)
             trace.append(st)
             active = self._advance(active, nxt, tokens, reasons, limits, stops, pos, st)
         trace.append(self._step("done", step + 1))  # one past the last decode step (GEN-023)
@@ -275,14 +274,13 @@ class Generator:
     @implements("GEN-003", "GEN-004", "GEN-010")
     def _prefill(
         self, prompts: list[list[int]], live: list[int], pre: TraceStep, trace: list[TraceStep]
-    ) -> dict[int, int]:
-        """Feed the prompts; returns, per sequence, the batch index of its last prompt token in
-        the decode call that carried it (read right after that call)."""
+    ) -> dict[int, np.ndarray]:
+        """Feed the prompts; returns, per sequence, the logits of its last prompt token (read
+        right after the decode call that carried it: a later chunk's call replaces them)."""
         n_batch = self.ctx.n_batch()
         items = [(s, t, p) for s in live for p, t in enumerate(prompts[s])]
         last_of = {s: len(prompts[s]) - 1 for s in live}
-        rows: dict[int, int] = {}
-        self._prefill_logits: dict[int, np.ndarray] = {}
+        last_logits: dict[int, np.ndarray] = {}
         for c in range(0, len(items), n_batch):
             chunk = items[c : c + n_batch]
             flags = [int(p == last_of[s]) for s, _, p in chunk]
@@ -307,9 +305,8 @@ class Generator:
                 ).with_trace(trace, code)
             for k, (s, _, p) in enumerate(chunk):
                 if p == last_of[s]:
-                    self._prefill_logits[s] = np.asarray(self.ctx.get_logits_ith(k))
-                    rows[s] = k
-        return rows
+                    last_logits[s] = np.asarray(self.ctx.get_logits_ith(k))
+        return last_logits
 
     @implements("GEN-015")
     def _samplers(self, req: GenerationRequest, n: int) -> list[Any] | None:
@@ -326,17 +323,14 @@ class Generator:
     def _select(
         self,
         seqs: Sequence[int],
-        rows: dict[int, int],
+        logits_of: dict[int, np.ndarray],
         samplers: list[Any] | None,
         st: TraceStep,
         record: bool,
     ) -> dict[int, int]:
         out: dict[int, int] = {}
         for s in seqs:
-            if st.phase == "prefill":
-                logits = self._prefill_logits[s]
-            else:
-                logits = np.asarray(self.ctx.get_logits_ith(rows[s]))
+            logits = logits_of[s]
             if samplers is None:
                 tok = int(np.argmax(logits))  # first maximum
             else:
