@@ -8,6 +8,21 @@ from typing import Any
 from conformance.mutants import Mutant, replace
 
 
+def _vocab_forced(cls_name: str, **fields: Any) -> None:
+    """Make tokenizer class ``cls_name`` run with ``fields`` of its vocabulary overridden, as if
+    it never read the GGUF keys behind them."""
+    from reference_impl import tokenizer
+
+    cls = getattr(tokenizer, cls_name)
+    original = cls.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        self.vocab = dataclasses.replace(vocab, **fields)
+
+    cls.__init__ = __init__
+
+
 def _no_space_prefix(target: Any) -> Any:
     # The SPM default add_space_prefix = true is lost: vocabularies load with it false.
     import dataclasses
@@ -174,15 +189,7 @@ def _fallback_unicode_space(target: Any) -> Any:
 
 def _no_ignore_merges(target: Any) -> Any:
     # ignore_merges is dropped: Llama-3 words that are tokens are still merged piece by piece.
-    from reference_impl.tokenizer import BpeTokenizer
-
-    original = BpeTokenizer.__init__
-
-    def __init__(self: Any, vocab: Any) -> None:
-        original(self, vocab)
-        self.vocab = dataclasses.replace(vocab, ignore_merges=False)
-
-    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    _vocab_forced("BpeTokenizer", ignore_merges=False)
     return target
 
 
@@ -204,15 +211,7 @@ def _bpe_raw_pieces(target: Any) -> Any:
 
 def _always_add_bos(target: Any) -> Any:
     # BPE vocabularies add BOS whatever the pre type says.
-    from reference_impl.tokenizer import BpeTokenizer
-
-    original = BpeTokenizer.__init__
-
-    def __init__(self: Any, vocab: Any) -> None:
-        original(self, vocab)
-        self.vocab = dataclasses.replace(vocab, add_bos=True)
-
-    BpeTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    _vocab_forced("BpeTokenizer", add_bos=True)
     return target
 
 
@@ -418,15 +417,7 @@ def _wpm_partial_unk(target: Any) -> Any:
 
 def _wpm_lowercase_key_ignored(target: Any) -> Any:
     # tokenizer.ggml.normalizer.lowercase is not read.
-    from reference_impl.tokenizer import WpmTokenizer
-
-    original = WpmTokenizer.__init__
-
-    def __init__(self: Any, vocab: Any) -> None:
-        original(self, vocab)
-        self.vocab = dataclasses.replace(vocab, lowercase=True, strip_accents=True)
-
-    WpmTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    _vocab_forced("WpmTokenizer", lowercase=True, strip_accents=True)
     return target
 
 
@@ -473,15 +464,7 @@ MUTANTS += [
 
 def _spm_eos_ignored(target: Any) -> Any:
     # tokenizer.ggml.add_eos_token is not honoured by SPM.
-    from reference_impl.tokenizer import SpmTokenizer
-
-    original = SpmTokenizer.__init__
-
-    def __init__(self: Any, vocab: Any) -> None:
-        original(self, vocab)
-        self.vocab = dataclasses.replace(vocab, add_eos=False)
-
-    SpmTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    _vocab_forced("SpmTokenizer", add_eos=False)
     return target
 
 
