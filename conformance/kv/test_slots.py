@@ -107,6 +107,13 @@ def test_bad_ubatch_layouts(target: Any) -> None:
     expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, uneven)
     expect_code(c, "KV_SEQ_ID_RANGE", c.find_slot, run_of(2, 0, 1))
     expect_code(c, "KV_POS_RANGE", c.find_slot, ubatch_from_lists([-3], [[0]]))
+    # the error names the first bad token, wherever it is
+    orphan = ubatch_from_lists([2, 3, 4], [[0], [], [0]])
+    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, orphan, field="n_seq_id", index=1)
+    far = ubatch_from_lists([2, 3, 4], [[0], [0], [5]])
+    expect_code(c, "KV_SEQ_ID_RANGE", c.find_slot, far, field="seq_id", index=2, seq_id=5)
+    late = ubatch_from_lists([2, 3, -1], [[0], [0], [0]])
+    expect_code(c, "KV_POS_RANGE", c.find_slot, late, field="pos", index=2)
     expect_code(c, "KV_UBATCH_EMPTY", c.find_slot, ubatch_from_lists([], []))
 
 

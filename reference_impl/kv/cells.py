@@ -153,11 +153,6 @@ class KVCells:
         ms = self._seq_pos.get(s)
         return ms.max() if ms else POS_NONE
 
-    def seq_positions(self, s: int) -> dict[int, int]:
-        """Position -> number of cells of sequence ``s`` at that position."""
-        ms = self._seq_pos.get(s)
-        return ms.items() if ms else {}
-
     def seq_cells(self, s: int) -> list[int]:
         """Cells holding sequence ``s``, ascending."""
         return sorted(self._seq_cells.get(s, ()))
