@@ -199,7 +199,7 @@ class DecoupledKVCache:
             t.write(self.length, x, qt)
         self.length += n
 
-    @implements("QNT-019")
+    @implements("QNT-019", "DBA-021")
     def bytes_per_token(self) -> int:
         """Bytes one token occupies in the main buffers (the residual ring is extra)."""
         d = self.dims

@@ -126,3 +126,31 @@ def test_the_smallest_cache_is_valid(target: Any) -> None:
     assert (cache.batch, cache.max_len, cache.length) == (1, 1, 0)
     cache.append(*_tokens(1, 1, seed=8))
     assert cache.length == 1
+
+
+@pytest.mark.invariant("DBA-021")
+@pytest.mark.parametrize(
+    "policy,head_dims,expected",
+    [
+        # k_sem 32 q4_0 (16 + 2), k_geo 64 q8_0 (64 + 4), v 128 q4_0 (64 + 8)
+        (POLICY.format(r=0), HEADS, 18 + 68 + 72),
+        # q8_0@16 (32 + 2·2), fp16 (2·64), fp32 (4·128); the ring of 4 tokens is extra
+        ("ksem=q8_0@16,kgeo=fp16,v=fp32,resid=4", HEADS, 36 + 128 + 512),
+        # widths 24, 40, 80 padded to whole blocks: 32 + 2, 64/2 + 2·2, 96/2 + 3·2
+        ("ksem=q8_0@32,kgeo=q4_0@32,v=nf4@32,resid=2", (12, 20, 40), 34 + 36 + 54),
+    ],
+    ids=["fused", "mixed-float", "padded"],
+)
+def test_bytes_per_token_is_what_the_main_buffers_hold(
+    target: Any, policy: str, head_dims: tuple[int, int, int], expected: int
+) -> None:
+    batch, max_len = 3, 5
+    cache = target.decoupled_cache(policy, 2, head_dims, batch, max_len)
+    held = 0
+    for name in ("k_sem", "k_geo", "v"):
+        ct = getattr(cache, name)
+        held += sum(
+            t.numel() * t.element_size() for t in (ct.codes, ct.scales, ct.buf) if t is not None
+        )
+    assert held == expected * batch * max_len, f"{policy}: the buffers hold {held} bytes"
+    assert cache.bytes_per_token() == expected, policy

@@ -269,3 +269,17 @@ def test_bad_checkpoint_files_name_the_tensor(target: Any, tmp_path: Path) -> No
     (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 16)
     with raises_code("DBA_BAD_FILE", field="path"):
         target.load_decoupled_model(str(tmp_path / "junk.safetensors"))
+
+
+@pytest.mark.invariant("DBA-024")
+def test_the_weights_handed_out_are_copies(target: Any) -> None:
+    model = target.decoupled_model(M.NULL, seed=16)
+    toks = M.tokens(1, 6, seed=10)
+    before = model.logits(toks)
+    w = model.weights()
+    for t in w.values():  # edit every returned tensor in place
+        t.add_(1.0)
+    again = model.weights()
+    for name, t in again.items():
+        assert torch.equal(t + 1.0, w[name]), f"{name}: the model saw an edit of its copy"
+    assert torch.equal(model.logits(toks), before), "logits changed after editing a copy"

@@ -1,6 +1,6 @@
-"""Mutants of the decoupled area: the decoupled attention call and cache (DBA-001..DBA-004) and
-the decoupled model (reference_impl/decoupled, DBA-005..DBA-018), each with one deliberate
-defect in a rule of spec/decoupled.md.
+"""Mutants of the decoupled area: the decoupled attention call and cache (DBA-001..DBA-004,
+DBA-021) and the decoupled model (reference_impl/decoupled, DBA-005..DBA-024), each with one
+deliberate defect in a rule of spec/decoupled.md.
 
 Each patch replaces a module-level function or a method of the kernels' Python wrapper, the
 cache, or the model, runner and checkpoint code; a mutant runs in its own pytest process, so the
@@ -321,6 +321,47 @@ def _drift_model_with_null(_orig: Any) -> Any:
     return _model
 
 
+# -- DBA-021..DBA-024 --------------------------------------------------------------------------
+
+
+def _bytes_without_v(target: Any) -> Any:
+    from kernels import decoupled_cache, quant
+
+    def bytes_per_token(self: Any) -> int:
+        d, p = self.dims, self.policy  # the defect: only the keys are counted
+        return quant.bytes_per_token(
+            p.k_sem.kind, d.sem_dim, p.k_sem.qblock
+        ) + quant.bytes_per_token(p.k_geo.kind, d.geo_dim, p.k_geo.qblock)
+
+    decoupled_cache.DecoupledKVCache.bytes_per_token = bytes_per_token  # type: ignore[method-assign]
+    return target
+
+
+def _tokens_clamped(_orig: Any) -> Any:
+    def tokens(self: Any, tokens: Any) -> Any:
+        t = torch.as_tensor(tokens, dtype=torch.int64)
+        # the defect: an id outside the vocabulary is clamped into it instead of refused
+        return t.clamp(0, self.cfg.vocab - 1).to(self.device)
+
+    return tokens
+
+
+def _broken_forgotten(orig: Any) -> Any:
+    def _check(self: Any, t: Any) -> None:
+        self.broken = ""  # the defect: a step that failed inside the layers is forgotten
+        orig(self, t)
+
+    return _check
+
+
+def _weights_aliased(_orig: Any) -> Any:
+    def weights_of(model: Any) -> dict[str, Any]:
+        # the defect: the parameters themselves are handed out, not copies
+        return {k: v.detach() for k, v in model.state_dict().items()}
+
+    return weights_of
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -468,5 +509,33 @@ MUTANTS = [
         "the conv memory summarizer pads each block circularly instead of with zeros",
         ("DBA-018",),
         _patch_conv_circular,
+    ),
+    Mutant(
+        "dba-bytes-per-token-without-v",
+        "decoupled",
+        "the decoupled cache's bytes per token count the keys' buffers but not v's",
+        ("DBA-021",),
+        _bytes_without_v,
+    ),
+    Mutant(
+        "dba-token-clamped",
+        "decoupled",
+        "a token id outside the vocabulary is clamped into it instead of refused",
+        ("DBA-022",),
+        _patch_method("DecoupledLM", "tokens", _tokens_clamped),
+    ),
+    Mutant(
+        "dba-broken-session-forgotten",
+        "decoupled",
+        "a session whose step failed inside the layers accepts further steps",
+        ("DBA-023",),
+        _patch_method("DecodeSession", "_check", _broken_forgotten),
+    ),
+    Mutant(
+        "dba-weights-aliased",
+        "decoupled",
+        "weights() hands out the model's parameters instead of copies",
+        ("DBA-024",),
+        _patch(CKPT, "weights_of", _weights_aliased),
     ),
 ]

@@ -45,6 +45,10 @@ class DecoupledCache(Protocol):
         """Append one token per sequence (``[B, H·hd]`` each)."""
         ...
 
+    def bytes_per_token(self) -> int:
+        """Bytes one token of one sequence occupies in the three main buffers (no ring)."""
+        ...
+
 
 class Cache(Protocol):
     def decoupled_cache(

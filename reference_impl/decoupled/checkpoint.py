@@ -59,8 +59,10 @@ def load_weights(model: DecoupledLM, weights: Mapping[str, torch.Tensor]) -> Non
             p.copy_(weights[name])
 
 
+@implements("DBA-024")
 def weights_of(model: DecoupledLM) -> dict[str, torch.Tensor]:
-    """Every parameter, as CPU float32 copies."""
+    """Every parameter, as CPU float32 copies (on a CPU model ``.to("cpu")`` alone would hand
+    out the parameters themselves, so a caller's in-place edit would reach the model)."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 

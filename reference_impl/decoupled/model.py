@@ -294,12 +294,16 @@ class DecoupledLM(nn.Module):
     def device(self) -> torch.device:
         return self.embed.weight.device
 
+    @implements("DBA-022")
     def tokens(self, tokens: TokenInput) -> torch.Tensor:
-        """Token ids as ``[B, T]`` int64 on the model's device; out-of-range ids are refused."""
+        """Token ids as ``[B, T]`` int64 on the model's device; the first out-of-range id in
+        row-major order is refused, naming its sequence (seq_id) and position (index)."""
         t = torch.as_tensor(tokens, dtype=torch.int64)
         if t.ndim != 2:
-            raise DecoderError("DBA_BAD_TOKENS", f"tokens must be [B, T], got {list(t.shape)}")
-        bad = ((t < 0) | (t >= self.cfg.vocab)).nonzero()
+            raise DecoderError(
+                "DBA_BAD_TOKENS", f"tokens must be [B, T], got {list(t.shape)}", field="tokens"
+            )
+        bad = ((t < 0) | (t >= self.cfg.vocab)).nonzero()  # row-major order
         if len(bad):
             b, i = (int(v) for v in bad[0])
             raise DecoderError(
@@ -307,6 +311,7 @@ class DecoupledLM(nn.Module):
                 f"token {int(t[b, i])} at [{b}, {i}] is outside [0, {self.cfg.vocab})",
                 field="tokens",
                 index=i,
+                seq_id=b,
             )
         return t.to(self.device)
 
@@ -418,7 +423,9 @@ class DecodeSession:
         self.length = 0
         self.broken = ""  # set when a step fails after touching the caches
 
+    @implements("DBA-022", "DBA-023")
     def _check(self, t: torch.Tensor) -> None:
+        """Refuse a call before any cache is touched (a broken session refuses every call)."""
         if self.broken:
             raise DecoderError("DBA_SESSION_BROKEN", f"an earlier step failed: {self.broken}")
         if t.shape[0] != self.batch:
@@ -433,6 +440,7 @@ class DecodeSession:
                 f"{t.shape[1]} tokens after {self.length} exceed max_len {self.max_len}",
             )
 
+    @implements("DBA-022", "DBA-023")
     @torch.no_grad()
     def prefill(self, tokens: TokenInput) -> torch.Tensor:
         """Exact attention over a prompt ``[B, T]`` (unquantized keys), then every token's keys
@@ -456,7 +464,7 @@ class DecodeSession:
         self.length = t.shape[1]
         return m.lm_head(m.final_norm(x))
 
-    @implements("DBA-011", "DBA-016")
+    @implements("DBA-011", "DBA-016", "DBA-023")
     @torch.no_grad()
     def step(
         self, tokens: Sequence[int] | torch.Tensor, path: str = "auto"
