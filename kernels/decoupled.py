@@ -35,6 +35,7 @@ STREAM_BLOCK = 64  # tokens per streaming step of the reference
 # ---------------------------------------------------------------------------------------------
 
 
+@implements("KRN-026")
 def _check_inputs(
     q_sem: torch.Tensor, q_geo: torch.Tensor, cache: DecoupledKVCache, null: NullKV | None
 ) -> None:
@@ -259,7 +260,7 @@ def _state(rows: int, dv: int, device: torch.device) -> tuple[torch.Tensor, ...]
     )
 
 
-@implements("KRN-010", "KRN-013", "KRN-017")
+@implements("KRN-010", "KRN-013", "KRN-017", "KRN-024")
 def one_pass(
     qs: torch.Tensor,
     qg: torch.Tensor,
@@ -321,7 +322,7 @@ def reduce_partitions(
     return m, d, o
 
 
-@implements("KRN-011", "KRN-014", "KRN-017")
+@implements("KRN-011", "KRN-014", "KRN-017", "KRN-024")
 def two_pass(
     qs: torch.Tensor,
     qg: torch.Tensor,

@@ -1,7 +1,8 @@
-"""Properties of decoupled decode: null token once, partition invariance, scales, dtypes.
+"""Properties of decoupled decode: null token once, partition invariance, scales, dtypes, and
+refused inputs.
 
-spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019 (the decoupled attention they compute,
-DBA-001/DBA-002, is checked in conformance/decoupled).
+spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019, KRN-026 (the decoupled attention they
+compute, DBA-001/DBA-002, is checked in conformance/decoupled).
 """
 
 from __future__ import annotations
@@ -158,3 +159,48 @@ def test_decoupled_partition_sizes_are_checked(target: Any) -> None:
         out, record = target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, None, REQUEST[path])
         assert record.path == path, record.reason
         _tolerance.assert_within(out, inp.expected, f"{path} default partition size")
+
+
+def _bad_inputs(inp: _cases.DecoupledInputs) -> list[tuple[str, str, dict[str, Any]]]:
+    """(code, field, replaced inputs) for B=2, H=2, d_sem 16, d_geo 32, d_v 64."""
+    q_sem, q_geo = inp.q_sem, inp.q_geo
+    dev = q_sem.device
+    null = inp.null
+    assert null is not None
+
+    def z(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=dtype, device=dev)
+
+    return [
+        # dtypes first: a float64 query is readable by every path, so only the check refuses it
+        ("KRN_BAD_DTYPE", "q_sem", {"q_sem": q_sem.double()}),
+        ("KRN_BAD_DTYPE", "q_geo", {"q_geo": q_geo.to(torch.int32)}),
+        ("KRN_BAD_SHAPE", "q_sem", {"q_sem": z(2, 2, 8)}),  # head dim
+        ("KRN_BAD_SHAPE", "q_sem", {"q_sem": z(1, 2, 16)}),  # batch
+        ("KRN_BAD_SHAPE", "q_geo", {"q_geo": z(2, 3, 32)}),  # heads
+        ("KRN_BAD_SHAPE", "q_geo", {"q_geo": z(2, 64)}),  # rank
+        ("KRN_BAD_SHAPE", "k_sem_null", {"null": NullKV(z(2, 8), null.k_geo, null.v)}),
+        ("KRN_BAD_SHAPE", "k_geo_null", {"null": NullKV(null.k_sem, z(3, 2, 32), null.v)}),
+        ("KRN_BAD_SHAPE", "v_null", {"null": NullKV(null.k_sem, null.k_geo, z(2, 2, 2, 64))}),
+    ]
+
+
+@pytest.mark.invariant("KRN-026")
+def test_invalid_decoupled_inputs_raise_and_change_nothing(target: Any) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=45, resid=8, null="broadcast"), target)
+    before = _cases.oracle_inputs(inp.cache, inp.null)
+    lengths = (inp.cache.length, inp.cache.prefix_len, inp.cache.tail_len)
+    for path in ["streaming", *fused_paths(target)]:
+        for code, field, repl in _bad_inputs(inp):
+            args = {"q_sem": inp.q_sem, "q_geo": inp.q_geo, "null": inp.null, **repl}
+            with raises_code(code, field=field, exc=EngineError, what=f"{path}: bad {field}"):
+                target.decoupled_decode(
+                    args["q_sem"], args["q_geo"], inp.cache, args["null"], REQUEST[path], 32
+                )
+    after = _cases.oracle_inputs(inp.cache, inp.null)
+    assert (inp.cache.length, inp.cache.prefix_len, inp.cache.tail_len) == lengths
+    for name in ("k_sem", "k_geo", "v"):
+        assert np.array_equal(getattr(before, name), getattr(after, name)), f"{name} changed"
+    for path in ["streaming", *fused_paths(target)]:  # the cache still serves valid calls
+        out = decode_path(target, inp, path)
+        _tolerance.assert_within(out, inp.expected, f"{path} after refused calls")

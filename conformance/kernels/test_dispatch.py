@@ -1,4 +1,4 @@
-"""Dispatch: which path runs, fallback with a reason, the auto threshold (KRN-020..KRN-023)."""
+"""Dispatch: the path that runs, fallback reasons, the auto threshold, launch counts (KRN-020..025)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ INELIGIBLE = [
     ),
     pytest.param(
         "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (6, 32, 32), "power of two", id="dsem6"
+    ),
+    # a power of two, but above DispatchConfig.max_head_dim (256)
+    pytest.param(
+        "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 512), "exceeds 256", id="dv512"
     ),
 ]
 
@@ -134,39 +138,67 @@ def test_reference_paths_run_when_requested(target: Any) -> None:
     _tolerance.assert_within(out, g.expected, "torch")
 
 
-def _assert_counts(record: Any, keys: int, partition_size: int) -> None:
-    """KRN-024: the record's launch and partition counts are those of the path it names."""
+def _assert_counts(record: Any, keys: int, partition_size: int, launches: int) -> None:
+    """KRN-024: the record's launch and partition counts are exactly those of the path it names
+    (``launches``: what that fused path launches for this call)."""
     detail = dict(record.detail)
     if record.path in ("torch", "streaming"):
         assert detail.get("launches", 0) == 0, f"{record.path} records launches: {detail}"
         return
-    assert detail.get("launches", 0) >= 1, f"{record.path} records no launch: {detail}"
     want = 0 if record.path == "triton-1pass" else -(-keys // partition_size)
     assert detail.get("partitions") == want, f"{record.path}: {detail}, want {want} partitions"
+    assert detail.get("launches") == launches, f"{record.path}: {detail}, want {launches} launches"
+
+
+def _gqa_launches(path: str, n_kv: int) -> int:
+    """GQA: one kernel for 1-pass; the partition kernel (when a partition exists) + the reduce."""
+    return 1 if path == "triton-1pass" else 1 + (n_kv > 0)
+
+
+def _decoupled_launches(path: str, prefix: int, has_null: bool, partition_size: int) -> int:
+    """Decoupled: 1-pass runs one update per chunk of the quantized prefix (one to seed the null
+    token when the prefix is empty) and the finalize; 2-pass the partition kernel when a
+    partition exists, the reduce and the finalize."""
+    chunks = -(-prefix // partition_size)
+    if path == "triton-1pass":
+        return max(chunks, int(has_null)) + 1
+    return int(chunks > 0) + 2
 
 
 @pytest.mark.requires("kernels.gqa_decode")
 @pytest.mark.invariant("KRN-024")
-@pytest.mark.parametrize("n_kv", [9, 40, 70])
+@pytest.mark.parametrize("n_kv", [0, 9, 40, 70])
 @pytest.mark.parametrize("request_", ["1pass", "2pass", "torch", "auto"])
 def test_gqa_records_count_their_launches(target: Any, request_: str, n_kv: int) -> None:
     inp = _cases.build_gqa(_cases.GqaCase(n_kv=n_kv, kv_size=80))
     out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, request_, 32, 40)
-    _assert_counts(record, n_kv, 32)
-    if record.path == "triton-1pass":
-        assert record.detail["launches"] == 1, record.detail
+    _assert_counts(record, n_kv, 32, _gqa_launches(record.path, n_kv))
     _tolerance.assert_within(out, inp.expected, record.path)
 
 
 @pytest.mark.requires(*DECOUPLED)
 @pytest.mark.invariant("KRN-024")
+@pytest.mark.parametrize(
+    "length,resid,null",
+    [
+        (70, 6, "broadcast"),  # prefix 64: two chunks / partitions of 32
+        (100, 0, "none"),  # prefix 100: four, the last one ragged
+        (5, 8, "none"),  # everything in the tail: no update, no partition
+        (5, 8, "contiguous"),  # ... but one update still seeds the null token
+    ],
+)
 @pytest.mark.parametrize("request_", ["1pass", "2pass", "streaming", "auto"])
-def test_decoupled_records_count_their_launches(target: Any, request_: str) -> None:
-    inp = _cases.build_decoupled(_cases.DecoupledCase(length=70, resid=6, null="broadcast"), target)
+def test_decoupled_records_count_their_launches(
+    target: Any, request_: str, length: int, resid: int, null: str
+) -> None:
+    case = _cases.DecoupledCase(length=length, resid=resid, null=null)
+    inp = _cases.build_decoupled(case, target)
     out, record = target.decoupled_decode(
         inp.q_sem, inp.q_geo, inp.cache, inp.null, request_, 32, two_pass_min_tokens=50
     )
-    _assert_counts(record, inp.cache.prefix_len, 32)
+    prefix = max(length - resid, 0)  # the quantized prefix: all but the last `resid` tokens
+    launches = _decoupled_launches(record.path, prefix, inp.null is not None, 32)
+    _assert_counts(record, prefix, 32, launches)
     _tolerance.assert_within(out, inp.expected, record.path)
 
 

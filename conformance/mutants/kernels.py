@@ -144,6 +144,28 @@ def _eligibility_rule_skipped(module: str, words: str) -> Any:
     return apply
 
 
+def _decoupled_inputs_unchecked(target: Any) -> Any:
+    def check_inputs(*args: Any) -> None:
+        return None  # the defect: queries and null tensors go to the paths unchecked
+
+    replace("kernels.decoupled", "_check_inputs", check_inputs)
+    return target
+
+
+def _gqa_two_pass_extra_launch(target: Any) -> Any:
+    from kernels import dispatch
+
+    original = dispatch.emit
+
+    def emit(record: Any, trace: Any) -> None:
+        if record.op == "gqa_decode" and record.path == dispatch.TRITON_2PASS:
+            record.detail["launches"] += 1  # the defect: the reduce is counted twice
+        original(record, trace)
+
+    replace("kernels.dispatch", "emit", emit)
+    return target
+
+
 def _auto_always_one_pass(target: Any) -> Any:
     from kernels import dispatch
 
@@ -297,6 +319,27 @@ MUTANTS = [
         "eligibility forgets the power-of-two head-dim rule, so the kernel is launched anyway",
         ("KRN-021",),
         _eligibility_rule_skipped("kernels.decoupled", "power of two"),
+    ),
+    Mutant(
+        "krn-decoupled-head-dim-limit-skipped",
+        "kernels",
+        "eligibility forgets the 256 head-dim limit, so a d_v=512 call is launched anyway",
+        ("KRN-021",),
+        _eligibility_rule_skipped("kernels.decoupled", "exceeds"),
+    ),
+    Mutant(
+        "krn-decoupled-inputs-unchecked",
+        "kernels",
+        "decoupled decode takes mis-shaped or float64 queries and null tensors without an error",
+        ("KRN-026",),
+        _decoupled_inputs_unchecked,
+    ),
+    Mutant(
+        "krn-gqa-two-pass-extra-launch",
+        "kernels",
+        "a 2-pass GQA record claims one launch more than the partition kernel and reduce it ran",
+        ("KRN-024",),
+        _gqa_two_pass_extra_launch,
     ),
     Mutant(
         "krn-auto-ignores-threshold",
