@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conformance.kv.helpers import place, place_run
+from conformance.kv.helpers import expect_code, place, place_run
 from conformance.strategies.kv import (
     MCell,
     ModelCache,
@@ -211,6 +211,23 @@ def test_n_kv_follows_the_last_used_cell_not_the_count(target: Any) -> None:
     assert (used(), cache.get_n_kv(slot)) == (10, 256)
     place_run(cache, 0, 10, 280)  # refills 10..289 (the head moved on), so 289 is the last
     assert (used(), cache.get_n_kv(slot)) == (290, 512)
+
+
+@pytest.mark.invariant("KV-024")
+@pytest.mark.requires("kv.cache", "kv.mask")
+def test_mask_width_is_any_n_kv_up_to_kv_size(target: Any) -> None:
+    """One column or all of them: the mask is the same entries cut to n_kv columns."""
+    cache = target.new_kv_cache(kv_size=8)
+    place_run(cache, 0, 0, 3)
+    ub = run_of(0, 3, 2)
+    place(cache, ub)
+    full = target.kv_mask(cache, ub, 8)
+    assert tuple(full.shape) == (1, 2, 8)
+    for n_kv in (1, 5):
+        mask = target.kv_mask(cache, ub, n_kv)
+        assert mask.tolist() == full[:, :, :n_kv].tolist(), f"n_kv {n_kv}"
+    for n_kv in (0, 9):
+        expect_code(cache, "KV_N_KV_RANGE", target.kv_mask, cache, ub, n_kv, field="n_kv")
 
 
 @pytest.mark.invariant("KV-024")
