@@ -239,6 +239,22 @@ def test_recurrent_ubatch_cells_follow_ubatch_order(target: Any) -> None:
     assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(3, 3), (2, 2)]
 
 
+@pytest.mark.invariant("MEM-012")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_gather_keeps_the_displaced_state(target: Any) -> None:
+    """Seqs 0, 2, 1 sit in cells 0, 1, 2; a ubatch of seqs 0 and 1 gathers their states into
+    cells 0 and 1, so seq 2's state changes places with seq 1's: it moves to cell 2 with its
+    position, and seq 1 is left in cell 1 only."""
+    rec = target.new_memory("recurrent", n_seq_max=3)
+    decode(target, rec, [[0]], 3, 8)  # seq 0 -> cell 0
+    decode(target, rec, [[2], [2]], 3, 8)  # seq 2 -> cell 1, position 1
+    decode(target, rec, [[1]] * 3, 3, 8)  # seq 1 -> cell 2, position 2
+    assert [c[3] for c in rec.state().cells] == [(0,), (2,), (1,)]
+    decode(target, rec, [[0], [1]], 3, 8)
+    assert [(c[0], c[3]) for c in rec.state().cells] == [(1, (0,)), (3, (1,)), (1, (2,))]
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [(1, 1), (3, 3), (1, 1)]
+
+
 @pytest.mark.invariant("MEM-013")
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_rm_rules(target: Any) -> None:
@@ -405,3 +421,46 @@ def test_recurrent_seq_cp_shares_the_source_cell(target: Any) -> None:
         (-1, -1),
     ]
     assert cells() == ([(1, (0,)), (-1, ()), (-1, ())], 1)
+
+
+@pytest.mark.invariant("MEM-019")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_cp_out_of_range_does_nothing(target: Any) -> None:
+    """Ids are checked against the cell count (here 2): one past the last cell or -1, as
+    source or destination, and the copy is a no-op that raises nothing."""
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[0], [0], [1]], 2, 8)
+    with unchanged(rec.state, "recurrent memory after seq_cp with an id outside [0, 2)"):
+        for src, dst in ((0, 2), (2, 0), (1, -1), (-1, 1)):
+            rec.seq_cp(src, dst)
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(1, 1), (0, 0)]
+
+
+# -------------------------------------------------------------------------------- recurrent frees
+
+
+@pytest.mark.invariant("MEM-020")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_rm_frees_the_emptied_cell(target: Any) -> None:
+    """Removing seq 1 (alone in cell 1, at position 0) frees that cell: position and source
+    back to -1, one cell fewer in use; removing seq 2 from the cell it shares with seq 0
+    frees nothing."""
+    rec = target.new_memory("recurrent", n_seq_max=3)
+    decode(target, rec, [[0], [0], [1]], 3, 8)  # seq 0 -> cell 0 (pos 1), seq 1 -> cell 1
+    rec.seq_cp(0, 2)  # seq 2 shares cell 0
+    st = rec.state()
+    assert [(c[0], c[1], c[3]) for c in st.cells] == [(1, 0, (0, 2)), (0, 1, (1,)), (-1, -1, ())]
+    assert st.used == 2
+    assert rec.seq_rm(1, -1, -1) is True
+    st = rec.state()
+    assert [(c[0], c[1], c[3]) for c in st.cells] == [(1, 0, (0, 2)), (-1, -1, ()), (-1, -1, ())]
+    assert st.used == 1
+    assert rec.seq_rm(2, -1, -1) is True
+    st = rec.state()
+    assert [(c[0], c[1], c[3]) for c in st.cells] == [(1, 0, (0,)), (-1, -1, ()), (-1, -1, ())]
+    assert st.used == 1
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [
+        (1, 1),
+        (-1, -1),
+        (-1, -1),
+    ]

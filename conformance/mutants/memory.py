@@ -277,6 +277,18 @@ def _recurrent_cp_skips_cell_zero(target: Any) -> Any:
     return target
 
 
+def _recurrent_rm_leaves_stale_cell(target: Any) -> Any:
+    """A recurrent seq_rm that empties a cell keeps its position, source and used count (the
+    cell looks free by its sequence set only)."""
+    from reference_impl.memory.recurrent import RecurrentMemory, RSCell
+
+    def free_if_empty(self: RecurrentMemory, c: RSCell) -> bool:
+        return c.is_empty()
+
+    RecurrentMemory._free_if_empty = free_if_empty  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -425,5 +437,12 @@ MUTANTS = [
         "a recurrent seq_cp from a sequence whose state is in cell 0 leaves dst without state",
         ("MEM-019",),
         _recurrent_cp_skips_cell_zero,
+    ),
+    Mutant(
+        "mem-recurrent-rm-leaves-stale-cell",
+        "memory",
+        "a recurrent seq_rm that empties a cell leaves its position, source and used count",
+        ("MEM-020",),
+        _recurrent_rm_leaves_stale_cell,
     ),
 ]

@@ -98,6 +98,7 @@ class RecurrentMemory:
         self.used = 0
         self.rs_idx = [0] * self.n_seq_max
 
+    @implements("MEM-020")
     def _free_if_empty(self, c: RSCell) -> bool:
         if c.is_empty():
             if c.pos >= 0:
