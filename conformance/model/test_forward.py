@@ -49,6 +49,19 @@ def test_logits_match_oracle(
     _check_vs_oracle(name, 1e-6, target, load, gguf_path(name))
 
 
+@pytest.mark.invariant("GGUF-020")
+def test_logits_past_the_first_256_positions_match_oracle(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    """300 tokens: positions past 255 (beyond n_ctx_train, which only advises) rotate like the
+    others; an engine that tabulates RoPE angles must grow its table correctly."""
+    handle = load("gqa")
+    n_vocab = target.model_info(handle)["n_vocab"]
+    tokens = [1] + [2 + (37 * i) % (n_vocab - 2) for i in range(299)]
+    got = _logits(target, handle, tokens)
+    assert_nmse(oracle.forward(gguf_path("gqa"), tokens), got, 1e-6, "gqa/300 tokens")
+
+
 @pytest.mark.invariant("GGUF-021")
 def test_tied_output_logits_match_oracle(
     target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
