@@ -134,7 +134,9 @@ def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
     if u.shape[-1] % 2:
         raise KernelError("QNT_PACK_ODD", f"cannot pack an odd number ({u.shape[-1]}) of nibbles")
     u = u.to(torch.uint8)
-    return (u[..., 0::2] << 4) | (u[..., 1::2] & 0xF)
+    # No mask on the low nibble: codes outside [0, 15] are a caller's bug and must show in the
+    # bytes (a q4_0 offset of -8 instead of +8 wraps to 240..255 and would hide behind & 0xF).
+    return (u[..., 0::2] << 4) | u[..., 1::2]
 
 
 @implements("QNT-005")
@@ -146,14 +148,15 @@ def unpack_nibbles(p: torch.Tensor) -> torch.Tensor:
     return torch.stack((hi, lo), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
 
 
-@implements("QNT-006")
+@implements("QNT-006", "QNT-020")
 def _blocks(x: torch.Tensor, qblock: int) -> torch.Tensor:
     dim = x.shape[-1]
     pad = padded_dim(dim, qblock) - dim
     x = x.to(torch.float32)
     if pad:
         x = torch.nn.functional.pad(x, (0, pad))
-    return x.reshape(*x.shape[:-1], -1, qblock)
+    # Explicit sizes, not -1: a batch of zero rows has no elements to infer a size from.
+    return x.reshape(*x.shape[:-1], (dim + pad) // qblock, qblock)
 
 
 _QMAX = {"q8_0": 127.0, "q4_0": 7.0, "nf4": 1.0}
@@ -167,7 +170,7 @@ def block_scales(blocks: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.clamp(scale, min=SCALE_FLOOR)
 
 
-@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008")
+@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008", "QNT-020")
 def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     """Quantize ``x`` (float, ``[..., dim]``) along its last dimension; see the module doc."""
     check_format(kind, qblock)
@@ -178,6 +181,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     if not bool(torch.isfinite(x).all()):
         raise KernelError("QNT_NON_FINITE", "cannot quantize NaN or infinite values")
     dim = int(x.shape[-1])
+    pad = padded_dim(dim, qblock)
     blocks = _blocks(x, qblock)
     scale16 = block_scales(blocks, kind)
     if not bool(torch.isfinite(scale16).all()):
@@ -185,14 +189,14 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     y = blocks / scale16.to(torch.float32).unsqueeze(-1)
     lead = x.shape[:-1]
     if kind == "q8_0":
-        codes = torch.clamp(round_half_away(y), -127, 127).to(torch.int8).reshape(*lead, -1)
+        codes = torch.clamp(round_half_away(y), -127, 127).to(torch.int8).reshape(*lead, pad)
     elif kind == "q4_0":
-        u = (torch.clamp(round_half_away(y), -8, 7) + 8).to(torch.uint8).reshape(*lead, -1)
+        u = (torch.clamp(round_half_away(y), -8, 7) + 8).to(torch.uint8).reshape(*lead, pad)
         codes = pack_nibbles(u)
     else:  # nf4
         y = torch.clamp(y, -1.0, 1.0)
         idx = torch.bucketize(y, nf4_midpoints().to(y.device), right=False).to(torch.uint8)
-        codes = pack_nibbles(idx.reshape(*lead, -1))
+        codes = pack_nibbles(idx.reshape(*lead, pad))
     return QuantizedTensor(kind, qblock, dim, codes, scale16)
 
 
@@ -278,11 +282,12 @@ def _fp16_from_bytes(b: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float16).to(torch.float32)
 
 
-@implements("QNT-009", "QNT-010", "QNT-011")
+@implements("QNT-009", "QNT-010", "QNT-011", "QNT-020")
 def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
     """Float rows ``[..., n]`` -> GGML block bytes ``[..., n/32 * type_size]`` (uint8)."""
     _ggml_check(x, qtype)
-    blocks = x.to(torch.float32).reshape(*x.shape[:-1], -1, GGML_BLOCK)
+    lead, nb = x.shape[:-1], x.shape[-1] // GGML_BLOCK  # explicit: zero rows have no elements
+    blocks = x.to(torch.float32).reshape(*lead, nb, GGML_BLOCK)
     if qtype == "Q8_0":
         d = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
         inv = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
@@ -297,10 +302,10 @@ def ggml_quantize(x: torch.Tensor, qtype: str) -> torch.Tensor:
         q = torch.clamp(torch.trunc(blocks * inv + 8.5), 0, 15).to(torch.uint8)
         body = q[..., :16] | (q[..., 16:] << 4)
     out = torch.cat((_fp16_bytes(d.squeeze(-1)), body), dim=-1)
-    return out.reshape(*x.shape[:-1], -1)
+    return out.reshape(*lead, nb * GGML_TYPE_SIZE[qtype])
 
 
-@implements("QNT-009", "QNT-010", "QNT-011")
+@implements("QNT-009", "QNT-010", "QNT-011", "QNT-020")
 def ggml_dequantize(data: torch.Tensor, qtype: str, n: int | None = None) -> torch.Tensor:
     """GGML block bytes ``[..., nbytes]`` -> fp32 values ``[..., n_blocks*32]``."""
     if qtype not in GGML_TYPE_SIZE:
@@ -308,7 +313,8 @@ def ggml_dequantize(data: torch.Tensor, qtype: str, n: int | None = None) -> tor
     size = GGML_TYPE_SIZE[qtype]
     if data.shape[-1] % size:
         raise KernelError("QNT_BAD_SHAPE", f"{qtype} rows must be a multiple of {size} bytes")
-    blocks = data.to(torch.uint8).reshape(*data.shape[:-1], -1, size)
+    lead, nb = data.shape[:-1], data.shape[-1] // size  # explicit: zero rows have no elements
+    blocks = data.to(torch.uint8).reshape(*lead, nb, size)
     d = _fp16_from_bytes(blocks[..., :2]).unsqueeze(-1)
     body = blocks[..., 2:]
     if qtype == "Q8_0":
@@ -317,5 +323,5 @@ def ggml_dequantize(data: torch.Tensor, qtype: str, n: int | None = None) -> tor
         lo = (body & 0xF).to(torch.float32) - 8.0
         hi = (body >> 4).to(torch.float32) - 8.0
         vals = torch.cat((lo, hi), dim=-1)
-    out = (vals * d).reshape(*data.shape[:-1], -1)
+    out = (vals * d).reshape(*lead, nb * GGML_BLOCK)
     return out if n is None else out[..., :n]

@@ -9,6 +9,8 @@ round-to-nearest, as torch/numpy on CPU) so codes and scales match the torch pat
 Kinds (``KIND`` constexpr): 0 = q8_0, 1 = q4_0, 2 = nf4 (per-token); GGML: ``ggml_*`` kernels.
 """
 
+import math
+
 import torch
 
 from kernels import quant
@@ -234,16 +236,18 @@ def ggml_dequantize_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
+@implements("QNT-020")
 def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
     """``x`` as contiguous rows on the device the kernels run on (results go back to x's)."""
-    return x.reshape(-1, width).to(kernel_device()).contiguous()
+    # The row count is explicit, not -1: rows of width 0 have no elements to infer it from.
+    return x.reshape(math.prod(x.shape[:-1]), width).to(kernel_device()).contiguous()
 
 
 def _np2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008")
+@implements("QNT-001", "QNT-002", "QNT-003", "QNT-008", "QNT-020")
 def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTensor:
     """Triton twin of :func:`kernels.quant.quantize` (qblock must be a power of two)."""
     quant.check_format(kind, qblock)
@@ -251,6 +255,10 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
         raise KernelError(
             "QNT_BAD_BLOCK", f"the Triton quantizer needs a power-of-two qblock, got {qblock}"
         )
+    if not x.dtype.is_floating_point:
+        raise KernelError("QNT_BAD_DTYPE", f"quantize needs a float tensor, got {x.dtype}")
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise KernelError("QNT_BAD_SHAPE", f"quantize needs a non-empty last dim, got {x.shape}")
     if not bool(torch.isfinite(x).all()):
         raise KernelError("QNT_NON_FINITE", "cannot quantize NaN or infinite values")
     dim = int(x.shape[-1])
@@ -286,7 +294,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
         kind,
         qblock,
         dim,
-        codes.reshape(*lead, -1).to(x.device),
+        codes.reshape(*lead, codes.shape[-1]).to(x.device),
         scales.reshape(*lead, nb).to(x.device),
     )
 

@@ -220,3 +220,28 @@ def test_known_tensor_snapshot(
     first = next(iter(records.values()))
     assert all(r == first for r in records.values()), "implementations disagree"
     assert first == snapshot
+
+
+@pytest.mark.invariant("QNT-020")
+@pytest.mark.parametrize("kind", qs.KINDS)
+@pytest.mark.parametrize("lead", [(0,), (2, 0)])
+def test_an_empty_batch_quantizes_to_empty_codes_and_scales(
+    target: Any, impls: tuple[str, ...], kind: str, lead: tuple[int, ...]
+) -> None:
+    dim, qblock = 40, 16  # pad_dim 48: three blocks
+    width, dtype = (48, torch.int8) if kind == "q8_0" else (24, torch.uint8)
+    for impl in impls:
+        codes, scales = target.kv_quantize(torch.zeros(*lead, dim), kind, qblock, impl)
+        assert (tuple(codes.shape), codes.dtype) == ((*lead, width), dtype), f"{impl} codes"
+        assert (tuple(scales.shape), scales.dtype) == ((*lead, 3), torch.float16), f"{impl}"
+        back = target.kv_dequantize(codes, scales, kind, qblock, dim, impl)
+        assert (tuple(back.shape), back.dtype) == ((*lead, dim), torch.float32), f"{impl} values"
+
+
+@pytest.mark.invariant("QNT-020")
+@pytest.mark.parametrize("kind", qs.KINDS)
+def test_a_vector_of_no_values_raises(target: Any, impls: tuple[str, ...], kind: str) -> None:
+    for impl in impls:
+        for x in (torch.zeros(2, 0), torch.tensor(1.0)):  # zero values per token; no vector
+            with raises_code("QNT_BAD_SHAPE", exc=EngineError, what=f"{impl} {tuple(x.shape)}"):
+                target.kv_quantize(x, kind, 16, impl)

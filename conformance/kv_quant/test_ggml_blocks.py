@@ -99,3 +99,17 @@ def test_unknown_ggml_type_raises(target: Any, impls: tuple[str, ...]) -> None:
             target.ggml_quantize(torch.ones(1, 32), "Q5_0", impl)
         with raises_code("QNT_BAD_KIND", exc=EngineError, what=impl):
             target.ggml_dequantize(torch.zeros(1, 34, dtype=torch.uint8), "Q5_0", impl)
+
+
+@pytest.mark.invariant("QNT-020")
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("shape", [(0, 64), (2, 0, 64), (2, 0), (0, 0)])
+def test_empty_rows_quantize_to_empty_blocks(
+    target: Any, impls: tuple[str, ...], qtype: str, shape: tuple[int, ...]
+) -> None:
+    nbytes = shape[-1] // 32 * {"Q8_0": 34, "Q4_0": 18}[qtype]
+    for impl in impls:
+        data = target.ggml_quantize(torch.zeros(*shape), qtype, impl)
+        assert (tuple(data.shape), data.dtype) == ((*shape[:-1], nbytes), torch.uint8), impl
+        back = target.ggml_dequantize(data, qtype, impl)
+        assert (tuple(back.shape), back.dtype) == (shape, torch.float32), impl

@@ -182,3 +182,42 @@ def test_bytes_per_token(target: Any, kind: str, dim: int, qblock: int, expected
     codes, scales = target.kv_quantize(torch.randn(3, dim), kind, qblock, "torch")
     per_token = (codes.numel() * codes.element_size() + scales.numel() * scales.element_size()) // 3
     assert per_token == expected
+
+
+@pytest.mark.requires("kv_quant.formats")
+@pytest.mark.invariant("QNT-019")
+@pytest.mark.parametrize(
+    "kind,dim,qblock,expected",
+    [
+        ("fp16", 10, 32, 20),
+        ("fp32", 10, 32, 40),
+        ("q8_0", 32, 32, 34),
+        ("q4_0", 32, 32, 18),
+        ("nf4", 32, 32, 18),
+        ("q8_0", 40, 16, 48 + 6),
+        ("q4_0", 40, 16, 24 + 6),
+        ("nf4", 384, 64, 192 + 12),
+    ],
+)
+def test_reported_cost_per_token(
+    target: Any, kind: str, dim: int, qblock: int, expected: int
+) -> None:
+    # The cost the target reports (what a cache sizes its buffers by) is the spec's count; for
+    # quantized kinds it also equals what kv_quantize actually stores for one token.
+    got = target.kv_bytes_per_token(kind, dim, qblock)
+    assert type(got) is int and got == expected, f"{kind}@{qblock} dim {dim}: {got!r}"
+    if kind in qs.KINDS:
+        codes, scales = target.kv_quantize(torch.randn(1, dim), kind, qblock, "torch")
+        stored = codes.numel() * codes.element_size() + scales.numel() * scales.element_size()
+        assert stored == got, f"{kind}@{qblock} dim {dim}: stores {stored}, reports {got}"
+
+
+@pytest.mark.requires("kv_quant.formats")
+@pytest.mark.invariant("QNT-019")
+@pytest.mark.parametrize(
+    "kind,qblock,code",
+    [("q5_0", 32, "QNT_BAD_KIND"), ("q4_0", 3, "QNT_BAD_BLOCK"), ("q8_0", 0, "QNT_BAD_BLOCK")],
+)
+def test_cost_of_a_bad_format_raises(target: Any, kind: str, qblock: int, code: str) -> None:
+    with raises_code(code, exc=EngineError, what=f"{kind}@{qblock}"):
+        target.kv_bytes_per_token(kind, 32, qblock)

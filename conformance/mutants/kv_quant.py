@@ -93,6 +93,33 @@ def _ggml_dequantize_truncates(target: Any) -> Any:
     return target
 
 
+def _cost_omits_scales(target: Any) -> Any:
+    from kernels import quant
+
+    original = quant.bytes_per_token
+
+    def bytes_per_token(kind: str, dim: int, qblock: int = 32) -> int:
+        if kind in quant.FLOAT_KINDS:
+            return original(kind, dim, qblock)
+        nb = quant.padded_dim(dim, qblock) // qblock
+        return original(kind, dim, qblock) - 2 * nb  # the defect: the fp16 scales are not counted
+
+    replace("kernels.quant", "bytes_per_token", bytes_per_token)
+    return target
+
+
+def _blocks_inferred(target: Any) -> Any:
+    from kernels import quant
+
+    def _blocks(x: torch.Tensor, qblock: int) -> torch.Tensor:
+        pad = quant.padded_dim(x.shape[-1], qblock) - x.shape[-1]
+        x = torch.nn.functional.pad(x.to(torch.float32), (0, pad))
+        return x.reshape(*x.shape[:-1], -1, qblock)  # the defect: -1 fails on zero rows
+
+    replace("kernels.quant", "_blocks", _blocks)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "qnt-nibbles-low-first",
@@ -135,5 +162,19 @@ MUTANTS = [
         "GGML dequantization silently drops a trailing partial block instead of raising",
         ("QNT-011",),
         _ggml_dequantize_truncates,
+    ),
+    Mutant(
+        "qnt-cost-omits-scales",
+        "kv_quant",
+        "the reported per-token cost of a quantized kind counts the codes but not the block scales",
+        ("QNT-019",),
+        _cost_omits_scales,
+    ),
+    Mutant(
+        "qnt-empty-batch-fails",
+        "kv_quant",
+        "per-token quantization infers the block count from the elements, so zero tokens fail",
+        ("QNT-020",),
+        _blocks_inferred,
     ),
 ]

@@ -33,6 +33,11 @@ class Formats(Protocol):
         impl: str = "torch",
     ) -> torch.Tensor: ...
 
+    def kv_bytes_per_token(self, kind: str, dim: int, qblock: int) -> int:
+        """Bytes one token's ``dim`` values of ``kind`` (``fp16``, ``fp32`` or a per-token kind
+        in blocks of ``qblock``) take in the cache's main buffers: codes plus scales."""
+        ...
+
     def ggml_quantize(self, x: torch.Tensor, qtype: str, impl: str = "torch") -> torch.Tensor:
         """GGML ``Q8_0`` / ``Q4_0`` rows as uint8 bytes."""
         ...

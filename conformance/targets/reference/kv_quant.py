@@ -49,6 +49,11 @@ class Reference:
         qt = quant.QuantizedTensor(kind, qblock, dim, codes, scales)
         return _quant_module(impl).dequantize(qt)
 
+    def kv_bytes_per_token(self, kind: str, dim: int, qblock: int) -> int:
+        from kernels import quant
+
+        return quant.bytes_per_token(kind, dim, qblock)
+
     def ggml_quantize(self, x: torch.Tensor, qtype: str, impl: str = "torch") -> torch.Tensor:
         return _quant_module(impl).ggml_quantize(x, qtype)
 
