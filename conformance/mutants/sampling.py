@@ -156,6 +156,27 @@ def _reset_keeps_stream(target: Any) -> Any:
     return target
 
 
+def _mirostat_v2_reset_keeps_stream(target: Any) -> Any:
+    def reset(self: samplers.MirostatV2) -> None:
+        self.mu = F32(F32(2.0) * self.tau)  # the defect: mu restored, the stream not reseeded
+
+    samplers.MirostatV2.reset = reset  # type: ignore[method-assign]
+    return target
+
+
+def _float_draw_of_one_kept(_: Any) -> Callable[[mt19937.MT19937], np.float32]:
+    def uniform_float_01(rng: mt19937.MT19937) -> np.float32:
+        # the defect: an output that rounds to 2^32 gives 1, not the float below 1
+        return F32(F32(rng.next_u32()) / F32(2.0**32))
+
+    return uniform_float_01
+
+
+def _dry_allowed_length_3(original: dict[str, Any]) -> dict[str, Any]:
+    check, _ = original["dry_allowed_length"]
+    return original | {"dry_allowed_length": (check, 3)}  # the defect: default 3, not 2
+
+
 def _sample_without_accept(target: Any) -> Any:
     def sample(self: chain_mod.Chain, logits: np.ndarray) -> int:
         from reference_impl.sampling import candidates
@@ -529,6 +550,27 @@ MUTANTS = [
         "XTC keeps the most likely top choice instead of the least likely one",
         ("SMP-081",),
         _patch("reference_impl.sampling.truncation", "xtc", _xtc_keeps_first),
+    ),
+    Mutant(
+        "smp-xtc-draw-of-one-kept",
+        "sampling",
+        "XTC's float draw keeps a quotient of 1 instead of the largest float below 1",
+        ("SMP-081",),
+        _patch("reference_impl.sampling.mt19937", "uniform_float_01", _float_draw_of_one_kept),
+    ),
+    Mutant(
+        "smp-mirostat-v2-reset-keeps-stream",
+        "sampling",
+        "Mirostat v2's reset restores mu but does not reseed its stream",
+        ("SMP-082",),
+        _mirostat_v2_reset_keeps_stream,
+    ),
+    Mutant(
+        "smp-default-dry-allowed-length-3",
+        "sampling",
+        "the default chain's dry_allowed_length defaults to 3 instead of 2",
+        ("SMP-051",),
+        _patch("reference_impl.sampling.chainspec", "COMMON_PARAMS", _dry_allowed_length_3),
     ),
     Mutant(
         "smp-mirostat-frozen-mu",

@@ -187,6 +187,27 @@ def test_default_parameters(target: Any, scale: float) -> None:
     )
 
 
+@pytest.mark.invariant("SMP-051", "SMP-080")
+@pytest.mark.requires("sampling.default_chain", "sampling.dry", "sampling.dist")
+def test_default_dry_parameters(target: Any) -> None:
+    # DRY on with every other dry_* parameter left at its default. The newest run is 4 5 6:
+    # 6 at row 2 ends the run 4 5 6 (L = 3) and is followed by 8; 6 at row 6 ends 5 6 (L = 2,
+    # the 0 before it differs from 4) and is followed by 7. allowed_length 2 penalises both,
+    # 8 by 0.8 * 1.75 and 7 by 0.8 (allowed_length 3 would spare 7; another base changes 8).
+    history = [4, 5, 6, 8, 0, 5, 6, 7, 1, 4, 5, 6]
+    prm = {"seed": 4, "samplers": ["dry"], "dry_multiplier": 0.8}
+    cur = candidates(np.zeros(12, F32))
+    handle = target.sampler_chain_init_default(prm)
+    try:
+        out = _run(target, handle, cur, history, 1)[0]
+    finally:
+        target.sampler_free(handle)
+    expected = np.zeros(12, F32)
+    expected[7], expected[8] = -F32(0.8), -(F32(0.8) * F32(1.75))
+    assert out.ids.tolist() == list(range(12)), describe(out)
+    assert np.array_equal(out.logits, expected), describe(out)
+
+
 @pytest.mark.invariant("SMP-050", "SMP-051", "SMP-023")
 @pytest.mark.requires("sampling.chain", "sampling.default_chain")
 def test_default_chain_sequence_matches_llama_cpp(target: Any, make_chain: Any) -> None:

@@ -356,6 +356,19 @@ def test_xtc_threshold_boundary(target: Any, t: float, min_keep: int, kept: int)
 
 @pytest.mark.invariant("SMP-081")
 @pytest.mark.requires(*XTC_CAPS)
+def test_xtc_draw_of_one_becomes_the_float_below_one(target: Any) -> None:
+    # mt19937(508205)'s 36th output is 4294967241 >= 2^32 - 128: as a float it rounds to 2^32,
+    # the quotient to 1, and libstdc++ replaces that by the largest float below 1. With p equal
+    # to that float every draw is <= p, so all 36 applies cut (a draw left at 1 would skip one).
+    below_one = float(np.nextafter(F32(1.0), F32(0.0)))
+    cur = candidates(np.zeros(4, F32))
+    with chain_of(target, [xtc_entry(below_one, 0.25, seed=508205)]) as handle:
+        sizes = [target.sampler_apply(handle, cur).size for _ in range(36)]
+    assert sizes == [1] * 36, sizes
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
 def test_xtc_keeps_the_least_likely_top_choice(target: Any) -> None:
     cur = from_probs([0.1, 0.4, 0.2, 0.3])
     out = after_history(target, [xtc_entry(1.0, 0.15)], [], cur)

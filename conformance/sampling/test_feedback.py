@@ -38,6 +38,29 @@ def test_mirostat_v2_mu_learns_and_resets(target: Any) -> None:
         assert target.sampler_apply(taught, four).size == 2
 
 
+@pytest.mark.invariant("SMP-082", "SMP-011")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["mirostat_v2", {"seed": 21, "tau": 5.0, "eta": 0.1}],
+        ["mirostat", {"n_vocab": 16, "seed": 21, "tau": 5.0, "eta": 0.1}],
+    ],
+    ids=["v2", "v1"],
+)
+def test_mirostat_reset_restarts_the_stream(target: Any, entry: Any) -> None:
+    # Zipf-like rows p ~ 1/(i + 1): every -log2 p is below mu = 10 (v2) and v1's k is far above
+    # 16, so each draw picks among all 16; reset must restore mu *and* reseed the stream
+    zipf = candidates(-np.log(np.arange(1, 17)).astype(F32))
+    with chain_of(target, [entry]) as handle:
+        first = [target.sampler_apply(handle, zipf) for _ in range(10)]
+        target.sampler_reset(handle)
+        again = [target.sampler_apply(handle, zipf) for _ in range(10)]
+    picks = [int(a.ids[a.selected]) for a in first]
+    assert len(set(picks)) > 1 and all(a.size == 16 for a in first), picks
+    assert [int(a.ids[a.selected]) for a in again] == picks
+
+
 @pytest.mark.invariant("SMP-082")
 @pytest.mark.requires(*MIROSTAT_CAPS)
 @pytest.mark.parametrize(

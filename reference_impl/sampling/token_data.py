@@ -39,13 +39,6 @@ class TokenDataArray:
     def size(self) -> int:
         return int(self.ids.shape[0])
 
-    @property
-    def selected_id(self) -> int | None:
-        """The token id at ``selected``, or None when no valid index is selected."""
-        if 0 <= self.selected < self.size:
-            return int(self.ids[self.selected])
-        return None
-
     def copy(self) -> TokenDataArray:
         return TokenDataArray(
             self.ids.copy(), self.logits.copy(), self.p.copy(), self.selected, self.sorted
