@@ -237,6 +237,28 @@ def test_in_place_reuse_frees_the_parents_tail(target: Any) -> None:
     assert got["t"] == (0, 48), f"t at {got['t']}: the tail [48, 64) of p was not freed"
 
 
+@pytest.mark.invariant("ALLOC-022")
+def test_only_the_parents_tail_is_freed(target: Any) -> None:
+    """As above with q computed between p and s, right after p: the 16 freed bytes [48, 64)
+    cannot hold u's 32, so u goes after q; freeing more than the tail would hand u q's bytes."""
+    p = Tensor("p", 32, "MUL_MAT", ("l0", "l1"), layout=contiguous(4, type="f32"))
+    g = build_graph(
+        [
+            out(inp("l0", 4)),
+            out(inp("l1", 4)),
+            p,
+            out(f32("q", 4, "CPY", "l0")),
+            f32("s", 4, "SCALE", "p"),
+            out(f32("u", 8, "CPY", "s")),
+        ],
+        ["u", "q"],
+    )
+    g = Graph(g.tensors, ("p", "q", "s", "u"), g.leafs, g.order)  # q runs before s
+    got = place(target, g)
+    assert (got["p"], got["s"], got["q"]) == ((0, 32), (0, 32), (0, 64)), got
+    assert got["u"] == (0, 80), f"u at {got['u']}: the freed tail [48, 64) cannot hold it"
+
+
 @pytest.mark.invariant("ALLOC-015")
 def test_a_repeated_buffer_type_is_shared(target: Any) -> None:
     a = BufferType("A", 8, SIZE_MAX)
@@ -402,6 +424,19 @@ def test_a_node_met_again_after_its_last_consumer_is_placed_anew(target: Any) ->
     got = place(target, g)
     # r first took (0, 16); m took it once r was freed (ggml 0.25.3 places them the same)
     assert got == {"a": (0, 0), "n": (0, 32), "m": (0, 16), "r": (0, 48)}, got
+
+
+@pytest.mark.invariant("ALLOC-022")
+def test_an_in_place_node_of_its_parents_size_frees_nothing(target: Any) -> None:
+    """300 inputs side by side, each scaled in place into an output of the same size: no tail
+    is left to free, so no free block is made (an empty one per reuse would pass ggml's limit
+    of 256 free blocks per chunk and fail the plan)."""
+    n = 300
+    tensors: list[Tensor] = []
+    for i in range(n):
+        tensors += [inp(f"x{i}", 4), out(f32(f"y{i}", 4, "SCALE", f"x{i}"))]
+    got = place(target, build_graph(tensors, [f"y{i}" for i in range(n)]))
+    assert all(got[f"y{i}"] == got[f"x{i}"] == (0, 16 * i) for i in range(n)), "not in place"
 
 
 @pytest.mark.invariant("ALLOC-004")
