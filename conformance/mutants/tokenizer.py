@@ -130,6 +130,34 @@ MUTANTS = [
 ]
 
 
+def _spm_latin1_byte_fallback(target: Any) -> Any:
+    # A byte without a <0xXX> token falls back to the token of the character with its code
+    # point (U+0000..U+00FF) instead of refusing.
+    from reference_impl.tokenizer import SpmTokenizer
+
+    original = SpmTokenizer.__init__
+
+    def __init__(self: Any, vocab: Any) -> None:
+        original(self, vocab)
+        for b, tid in enumerate(self._byte_ids):
+            if tid < 0:
+                self._byte_ids[b] = vocab.token_to_id.get(chr(b), -1)
+
+    SpmTokenizer.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-spm-latin1-byte-fallback",
+        "tokenizer",
+        "SPM writes a byte without a <0xXX> token as the Latin-1 character's token",
+        kills=("TOK-078",),
+        apply=_spm_latin1_byte_fallback,
+    ),
+]
+
+
 # -- BPE ----------------------------------------------------------------------------------------
 
 
@@ -569,6 +597,26 @@ MUTANTS += [
         "a T5 vocabulary without EOS / UNK id keys takes SPM's defaults instead of EOS 1, UNK 2",
         kills=("TOK-075",),
         apply=_t5_spm_default_ids,
+    ),
+]
+
+
+def _ugm_charsmap_unshifted_base(target: Any) -> Any:
+    # The charsmap trie's BASE ignores bit 9: a shifted BASE is read as BASE / 256.
+    import reference_impl.tokenizer.ugm as ugm
+
+    replace(ugm.__name__, "_base", lambda unit: unit >> 10)
+    replace(ugm.__name__, "_bases", lambda units: units >> 10)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-ugm-charsmap-unshifted-base",
+        "tokenizer",
+        "the UGM charsmap walk ignores bit 9 of a trie unit (BASE shifted by 8)",
+        kills=("TOK-079",),
+        apply=_ugm_charsmap_unshifted_base,
     ),
 ]
 

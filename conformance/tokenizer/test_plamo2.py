@@ -150,6 +150,20 @@ def test_unknown_code_point_beats_a_costlier_token(target: Any, tmp_path: Path) 
     assert target.tokenize(vocab, "a", False, False) == [a]
 
 
+@pytest.mark.invariant("TOK-054")
+def test_detokenize_keeps_leading_space(target: Any, tmp_path: Path) -> None:
+    """Without an ``add_space_prefix`` key PLaMo-2 has no space prefix (the family default is
+    off), so detokenize removes no leading space, from a token or from a BYTE piece."""
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-space.gguf", ((" x", -1.0),)))
+    for text in (" x", " ", "  x x"):
+        ids = target.tokenize(vocab, text, False, False)
+        for remove_special in (False, True):
+            for unparse_special in (False, True):
+                got = target.detokenize(vocab, ids, remove_special, unparse_special)
+                assert got == text.encode(), (text, remove_special, unparse_special)
+    assert target.tokenize(vocab, " x", False, False) == [260]
+
+
 # Three-character tokens against three unknown code points (3 * 10^7): each is cheaper, but
 # llama.cpp drops a token whose score is at or below -2000 (-2 * 10^7 units) from the table.
 FLOOR = (("xyz", -2500.0), ("uvw", -2000.0), ("rst", -1999.9999))

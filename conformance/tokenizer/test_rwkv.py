@@ -88,6 +88,19 @@ def test_greedy_longest_match(target: Any, rwkv: Any, text: str) -> None:
 
 
 @pytest.mark.invariant("TOK-053")
+@pytest.mark.parametrize("text", [" ", " Hello world", "  x ", " \t\nnaïve"])
+def test_detokenize_keeps_leading_space(target: Any, rwkv: Any, text: str) -> None:
+    """RWKV adds no space prefix, so detokenize has none to remove: a text that starts with a
+    space comes back whole under every flag combination (the fixture writes no
+    ``add_space_prefix`` key: the family default, off, decides)."""
+    ids = target.tokenize(rwkv, text, False, False)
+    for remove_special in (False, True):
+        for unparse_special in (False, True):
+            got = target.detokenize(rwkv, ids, remove_special, unparse_special)
+            assert got == text.encode(), (text, remove_special, unparse_special)
+
+
+@pytest.mark.invariant("TOK-053")
 def test_rwkv_pieces(target: Any, rwkv: Any) -> None:
     for raw, tid in _oracle_pieces().items():
         if tid == 0:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 
+from conformance.assertions import raises_code
 from conformance.fixtures.vocabularies import SPM_OPTIONS, spm_options_path
 from conformance.gate import cached
 
@@ -76,3 +79,39 @@ def test_spm_options_match_peer(target: Any, peer: Any, name: str) -> None:
                         assert target.detokenize(ours, ids, remove, unparse) == peer.detokenize(
                             theirs, ids, remove, unparse
                         ), (text, remove, unparse)
+
+
+# An SPM vocabulary without the <0xXX> byte tokens. It holds U+00C3 'Ã' and U+00A9 '©', the
+# Latin-1 characters whose code points are the UTF-8 bytes of 'é' (C3 A9): they are no stand-ins
+# for those bytes.
+NO_BYTES = ("<unk>", "<s>", "</s>", "\u2581", "a", "\u2581a", "\u00c3", "\u00a9")
+
+
+def _write_no_bytes(path: Path) -> str:
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(NO_BYTES))
+    w.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -0.5, -3.0, -3.0])
+    w.add_token_types([2, 3, 3, 1, 1, 1, 1, 1])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-078")
+@pytest.mark.requires("model.errors")
+@pytest.mark.parametrize("text", ["\u00e9", "a\u00e9", "b", "a b"])
+def test_missing_byte_token_is_refused(target: Any, tmp_path: Path, text: str) -> None:
+    """A character that needs byte fallback where the vocabulary has no ``<0xXX>`` token for a
+    byte is refused (llama.cpp's ``token_to_id.at`` throws there); the call changes nothing."""
+    vocab = target.load_vocab(_write_no_bytes(tmp_path / "no-bytes.gguf"))
+    assert target.tokenize(vocab, "a a", False, False) == [5, 5]
+    assert target.tokenize(vocab, "\u00c3\u00a9", False, False) == [3, 6, 7]
+    with raises_code("TOK_NO_BYTE_TOKEN", field="text", what=repr(text)):
+        target.tokenize(vocab, text, False, False)
+    assert target.tokenize(vocab, "a a", True, False) == [1, 5, 5]

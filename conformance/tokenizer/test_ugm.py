@@ -4,6 +4,7 @@ oracle."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,48 @@ def test_malformed_charsmap_refused(target: Any, tmp_path: Path, blob: bytes) ->
     write_ugm_gguf(path, charsmap=blob)
     with raises_code("GGUF_INVALID_HPARAM", field="tokenizer.ggml.precompiled_charsmap"):
         target.load_vocab(str(path))
+
+
+def _shifted_base_charsmap() -> bytes:
+    """A hand-built charsmap: "Q" -> "hello", "QZ" -> "world". The root's and Q's BASE (512,
+    1536) are written in the shifted form (BASE / 256 in bits 10..30, bit 9 set), which
+    SentencePiece's builder uses only for tries of over 2^21 units; Z's (1) plainly."""
+    leaf, shifted = 1 << 8, 1 << 9
+    units = [0] * 2048
+
+    def unit(base: int, label: int = 0, is_leaf: bool = False, shift: bool = False) -> int:
+        field = base >> 8 if shift else base
+        assert not shift or base % 256 == 0
+        return field << 10 | (shifted if shift else 0) | (leaf if is_leaf else 0) | label
+
+    q, z = ord("Q"), ord("Z")
+    units[0] = unit(512, shift=True)  # root: children at 512 ^ byte
+    at_q = 512 ^ q
+    units[at_q] = unit(1536, q, is_leaf=True, shift=True)
+    units[at_q ^ 1536] = 0  # Q's VALUE: offset of "hello"
+    at_z = at_q ^ 1536 ^ z
+    units[at_z] = unit(1, z, is_leaf=True)
+    units[at_z ^ 1] = 6  # QZ's VALUE: offset of "world"
+    assert len({0, at_q, at_q ^ 1536, at_z, at_z ^ 1}) == 5
+    trie = struct.pack(f"<{len(units)}I", *units)
+    return struct.pack("<I", len(trie)) + trie + b"hello\0world\0"
+
+
+@pytest.mark.invariant("TOK-079")
+def test_charsmap_shifted_base(target: Any, tmp_path: Path) -> None:
+    """Trie units with bit 9 set hold BASE / 256: the walk finds the keys through them."""
+    path = tmp_path / "shifted.gguf"
+    write_ugm_gguf(path, charsmap=_shifted_base_charsmap())
+    vocab = target.load_vocab(str(path))
+    for text, normalized in {
+        "Q": "hello",
+        "QQ": "hellohello",
+        "xQZy QZQ": "xworldy worldhello",
+        "a Q b": "a hello b",
+    }.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert _text(target, vocab, ids) == b" " + normalized.encode(), text
+        assert ids == target.tokenize(vocab, normalized, False, False), text
 
 
 def _write_ugm(

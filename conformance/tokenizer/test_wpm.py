@@ -160,3 +160,30 @@ def test_cjk_ranges(target: Any, tmp_path: Path) -> None:
         if got != ([*a, UNK, *b] if cjk else [UNK]):
             bad.append((hex(cp), got))
     assert not bad, (a, b, bad)
+
+
+# llama.cpp's whitespace set (spec/tokenizer.md, BPE step 2), and the code points on either side
+# of each of its ranges, the ASCII separators U+001C..001F Python counts as space, and U+180E.
+WHITESPACE = [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B)]
+WHITESPACE += [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+NOT_WHITESPACE = [0x08, 0x0E, *range(0x1C, 0x20), 0x21, 0x84, 0x86, 0x9F, 0xA1, 0x167F, 0x1681]
+NOT_WHITESPACE += [0x180E, 0x1FFF, 0x200B, 0x2027, 0x202A, 0x202E, 0x2030, 0x205E, 0x2060]
+NOT_WHITESPACE += [0x2FFF, 0x3001]
+
+
+@pytest.mark.invariant("TOK-051")
+def test_whitespace_set(target: Any, tmp_path: Path) -> None:
+    """Exactly llama.cpp's whitespace code points separate words: ``a{w}b`` is the words ``a``
+    and ``b``; any other code point is dropped (controls), a word of its own (punctuation) or
+    part of the word. Cased, so that no NFD form stands in for the code point."""
+    path = tmp_path / "cased.gguf"
+    write_wpm_gguf(path, lowercase=False)
+    cased = target.load_vocab(str(path))
+    two = [*target.tokenize(cased, "a", False, False), *target.tokenize(cased, "b", False, False)]
+    assert UNK not in two
+    bad = []
+    for cp in WHITESPACE + NOT_WHITESPACE:
+        got = target.tokenize(cased, f"a{chr(cp)}b", False, False)
+        if (got == two) != (cp in WHITESPACE):
+            bad.append((hex(cp), got))
+    assert not bad, (two, bad)

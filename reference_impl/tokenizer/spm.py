@@ -37,14 +37,15 @@ _INNER_SPACE = re.compile(f"[^{SPACE_ESCAPE}]{SPACE_ESCAPE}")
 class SpmTokenizer(BaseTokenizer):
     """llama.cpp's SPM tokenizer over one :class:`Vocab`."""
 
-    @implements("TOK-005")
+    @implements("TOK-005", "TOK-078")
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
+        # Only <0xXX> tokens stand for bytes. llama.cpp's byte_to_token then tries the lone byte
+        # as a token text: for an ASCII byte that is the one-character piece just not found,
+        # and no UTF-8 token text is a lone byte >= 0x80, so that lookup never finds a token.
         self._byte_ids: list[int] = []
         for b in range(256):
             tid = vocab.token_to_id.get(f"<0x{b:02X}>")
-            if tid is None:
-                tid = vocab.token_to_id.get(chr(b)) if b < 128 else None
             self._byte_ids.append(-1 if tid is None else tid)
         # No merge crosses a cut before a run of '▁' unless some token holds a '▁' right after
         # another character; without such a token each word merges alone (merges only compare
@@ -69,7 +70,7 @@ class SpmTokenizer(BaseTokenizer):
                 self._merge_symbols(word, ids)
             out += ids
 
-    @implements("TOK-004", "TOK-005")
+    @implements("TOK-004", "TOK-005", "TOK-078")
     def _merge_symbols(self, text: str, out: list[int]) -> None:
         # Symbols are the UTF-8 characters of the text, linked as a doubly linked list.
         sym_text = list(text)

@@ -56,6 +56,7 @@ class CharsMap:
         self.nodes = struct.unpack_from(f"<{size // 4}I", blob, 4)
         self.strings = blob[4 + size :]
 
+    @implements("TOK-079")
     def longest(self, data: bytes, start: int) -> tuple[int, bytes] | None:
         """(bytes consumed, replacement) of the longest map entry that prefixes ``data[start:]``
         (llama.cpp's walk: it stops at a NUL byte, and an index outside the trie fails)."""
@@ -113,11 +114,13 @@ class CharsMap:
         return hot
 
 
+@implements("TOK-079")
 def _base(unit: int) -> int:
     """BASE of a trie unit: bits 10..31, shifted by 8 when bit 9 is set."""
     return (unit >> 10) << ((unit & (1 << 9)) >> 6)
 
 
+@implements("TOK-079")
 def _bases(units: np.ndarray) -> np.ndarray:
     return (units >> 10) << ((units & (1 << 9)) >> 6)
 
