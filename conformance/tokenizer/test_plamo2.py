@@ -15,6 +15,7 @@ from hypothesis import given
 from conformance.assertions import raises_code
 from conformance.fixtures.vocabularies import (
     PLAMO2_SPECIALS,
+    finish_gguf,
     plamo2_vocab,
     plamo2_vocab_path,
     write_plamo2_gguf,
@@ -123,10 +124,7 @@ def _write_vocab(path: Path, extra: tuple[tuple[str, float], ...]) -> str:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_pad_token_id(3)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return str(path)
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 
 from conformance.assertions import raises_code
-from conformance.fixtures.vocabularies import rwkv_vocab, rwkv_vocab_path
+from conformance.fixtures.vocabularies import finish_gguf, rwkv_vocab, rwkv_vocab_path
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
 
@@ -124,10 +124,7 @@ def _write_sparse(path: Path, unk: int | None) -> str:
     w.add_eos_token_id(0)
     if unk is not None:
         w.add_unk_token_id(unk)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return str(path)
 
 

@@ -10,7 +10,7 @@ import gguf
 import pytest
 
 from conformance.assertions import raises_code
-from conformance.fixtures.vocabularies import SPM_OPTIONS, spm_options_path
+from conformance.fixtures.vocabularies import SPM_OPTIONS, finish_gguf, spm_options_path
 from conformance.gate import cached
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
@@ -96,10 +96,7 @@ def _write_no_bytes(path: Path) -> str:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return str(path)
 
 

@@ -17,6 +17,7 @@ from conformance.fixtures.vocabularies import (
     NORMAL,
     UGM_USER_DEFINED,
     UGM_VARIANTS,
+    finish_gguf,
     ugm_model,
     ugm_model_proto,
     ugm_vocab_path,
@@ -179,10 +180,7 @@ def _write_ugm(
     if special_ids:
         w.add_eos_token_id(EOS)
         w.add_unk_token_id(UNK)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
 
 
 @pytest.mark.invariant("TOK-052")
