@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from tools.mutation import run as runner
+from tools.mutation import unrun
 from tools.mutation.sites import ROOT, Site, all_sites, area_of, mutate, sites_of
 
 CHUNKS = ROOT / "reference_impl/allocator/chunks.py"
@@ -113,3 +116,41 @@ def test_triage_names_only_existing_sites() -> None:
     ids = {s.id for s in all_sites()}
     stale = sorted(k for k in runner.read_triage() if k not in ids)
     assert not stale, "triage.txt names sites that no longer exist:\n  " + "\n  ".join(stale)
+
+
+def test_unrun_maps_a_site_inside_a_multiline_statement_to_its_first_line() -> None:
+    """Coverage records a multi-line statement (a table literal, a wrapped condition) under its
+    first line; a site on a later line of it must count as run when that line ran."""
+    parsers: dict[str, object] = {}
+    path = "tools/mutation/sites.py"
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    table = next(
+        n for n in tree.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "AREAS"
+    )
+    assert table.end_lineno and table.end_lineno > table.lineno + 2
+    inner = table.lineno + 2
+    assert unrun.statement_start(path, inner, parsers) == table.lineno
+    moved = dataclasses.replace(_site("x", "p"), path=path, line=inner)
+    assert unrun.unrun_sites([moved], {path: {table.lineno}}) == []
+    assert unrun.unrun_sites([moved], {path: {table.lineno + 1}}) == [moved]
+
+
+def test_unrun_runs_the_area_under_coverage(tmp_path: Path) -> None:
+    """A real coverage run of conformance/generator: the generator's entry point is among the
+    lines it reports as run."""
+    lines, last = unrun.executed_lines("generator", tmp_path)
+    assert "passed" in last, last
+    gen = "reference_impl/generator.py"
+    sites = [s for s in all_sites() if s.path == gen and s.function == "Generator.generate"]
+    assert sites and not unrun.unrun_sites(sites, lines), "Generator.generate ran"
+
+
+def test_unrun_fails_on_untriaged_sites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing executed every site of the area is unrun: the untriaged ones are new, the
+    command fails, and the per-area JSON counts them."""
+    monkeypatch.setattr(unrun, "executed_lines", lambda area, workdir: ({}, "0 passed"))
+    assert unrun.unrun(["generator"], 1, tmp_path) == 1
+    row = json.loads((tmp_path / "mutation_unrun.json").read_text(encoding="utf-8"))["generator"]
+    n = sum(1 for s in all_sites() if s.area == "generator")
+    assert row["sites"] == row["unrun"] == n
+    assert row["triaged"] + len(row["new"]) == n

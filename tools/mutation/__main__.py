@@ -5,6 +5,8 @@ run [--sample N|ci|full] [--seed S] [--jobs J] [--timeout T] [--area A ...] [--o
 cover [--verify] [--tries N] [--jobs J] [--timeout T] [--area A ...] [--id ID ...]
                         mechanical proofs for invariants without a hand-written mutant
                         (tools/mutation/cover.py); gaps lists the invariants with neither
+unrun [--area A ...] [--jobs J] [--out DIR]
+                        sites no conformance test of their area executes (tools/mutation/unrun.py)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from tools.mutation import cover as coverage
 from tools.mutation import run as runner
+from tools.mutation import unrun as unrun_
 from tools.mutation.sites import all_sites
 
 
@@ -43,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--area", action="append", help="only invariants of these areas")
     c.add_argument("--id", action="append", help="only these invariants")
     sub.add_parser("gaps", help="active invariants with no mutant proof of either kind")
+    u = sub.add_parser("unrun", help="sites no conformance test of their area executes")
+    u.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    u.add_argument("--area", action="append", help="only these areas")
+    u.add_argument("--out", type=Path, default=Path("reports"))
     args = ap.parse_args(argv)
     if args.cmd == "cover":
         missing = coverage.cover(
@@ -54,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(left) if left else "every active invariant has a mutant proof")
         print(f"{len(left)} without a proof", file=sys.stderr)
         return 1 if left else 0
+    if args.cmd == "unrun":
+        return unrun_.unrun(args.area, args.jobs, args.out)
     if args.cmd == "list":
         sites = all_sites()
         per = Counter(s.area for s in sites)
