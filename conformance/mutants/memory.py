@@ -289,6 +289,65 @@ def _recurrent_rm_leaves_stale_cell(target: Any) -> Any:
     return target
 
 
+def _recurrent_keep_leaves_shared(target: Any) -> Any:
+    """A recurrent seq_keep(s) leaves the other sequences of the cell that holds s in it."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.seq_keep
+
+    def seq_keep(self: RecurrentMemory, seq_id: int) -> None:
+        shared = [set(c.seq_id) if seq_id in c.seq_id else None for c in self.cells]
+        original(self, seq_id)
+        for c, kept in zip(self.cells, shared, strict=True):
+            if kept is not None:
+                c.seq_id = kept
+
+    RecurrentMemory.seq_keep = seq_keep  # type: ignore[method-assign]
+    return target
+
+
+def _recurrent_search_never_restarts(target: Any) -> Any:
+    """A recurrent slot search always starts at the head, never back at cell 0."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.find_slot
+
+    def find_slot(self: RecurrentMemory, ub: Any) -> bool:
+        # An inflated used count fails the reset test; find_slot recounts it at the end.
+        self.used += self.size
+        return original(self, ub)
+
+    RecurrentMemory.find_slot = find_slot  # type: ignore[method-assign]
+    return target
+
+
+def _recurrent_slot_for_any_sequence(target: Any) -> Any:
+    """A recurrent ubatch naming a sequence id the memory has no cell for counts as placed."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.find_slot
+
+    def find_slot(self: RecurrentMemory, ub: Any) -> bool:
+        ids = {s for i in range(ub.n_tokens) for s in ub.seq_ids_of(i)}
+        if any(not 0 <= s < self.size for s in ids):
+            return True
+        return original(self, ub)
+
+    RecurrentMemory.find_slot = find_slot  # type: ignore[method-assign]
+    return target
+
+
+def _iswa_can_shift_any_sizes(target: Any) -> Any:
+    """An iSWA memory can shift whenever both caches can, whatever their sizes."""
+    from reference_impl.memory.kv import ISWAMemory
+
+    def get_can_shift(self: ISWAMemory) -> bool:
+        return self.base.get_can_shift() and self.swa.get_can_shift()
+
+    ISWAMemory.get_can_shift = get_can_shift  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -444,5 +503,33 @@ MUTANTS = [
         "a recurrent seq_rm that empties a cell leaves its position, source and used count",
         ("MEM-020",),
         _recurrent_rm_leaves_stale_cell,
+    ),
+    Mutant(
+        "mem-recurrent-keep-leaves-shared",
+        "memory",
+        "a recurrent seq_keep leaves the other sequences of the kept sequence's cell in it",
+        ("MEM-021",),
+        _recurrent_keep_leaves_shared,
+    ),
+    Mutant(
+        "mem-recurrent-search-never-restarts",
+        "memory",
+        "a recurrent slot search never goes back to cell 0, however far the head is",
+        ("MEM-022",),
+        _recurrent_search_never_restarts,
+    ),
+    Mutant(
+        "mem-recurrent-slot-for-any-sequence",
+        "memory",
+        "a recurrent ubatch naming a sequence id without a cell counts as placed",
+        ("MEM-023",),
+        _recurrent_slot_for_any_sequence,
+    ),
+    Mutant(
+        "mem-iswa-can-shift-any-sizes",
+        "memory",
+        "an iSWA memory reports it can shift when its two caches differ in size",
+        ("MEM-024",),
+        _iswa_can_shift_any_sizes,
     ),
 ]

@@ -68,9 +68,11 @@ class HybridMemory:
     def init_update(self, optimize: bool = False) -> MemoryContext:
         return PairContext(self.mem_attn.init_update(optimize), self.mem_recr.init_update(optimize))
 
+    @implements("MEM-018")
     def init_full(self) -> MemoryContext:
         return PairContext(self.mem_attn.init_full(), self.mem_recr.init_full())
 
+    @implements("MEM-024")
     def get_can_shift(self) -> bool:
         return self.mem_attn.get_can_shift()
 
@@ -85,18 +87,22 @@ class HybridMemory:
             return False
         return self.mem_attn.seq_rm(seq_id, p0, p1)
 
+    @implements("MEM-014")
     def seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
         self.mem_attn.seq_cp(seq_id_src, seq_id_dst, p0, p1)
         self.mem_recr.seq_cp(seq_id_src, seq_id_dst, p0, p1)
 
+    @implements("MEM-014")
     def seq_keep(self, seq_id: int) -> None:
         self.mem_attn.seq_keep(seq_id)
         self.mem_recr.seq_keep(seq_id)
 
+    @implements("MEM-014")
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         self.mem_attn.seq_add(seq_id, p0, p1, delta)
         self.mem_recr.seq_add(seq_id, p0, p1, delta)
 
+    @implements("MEM-014")
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         self.mem_attn.seq_div(seq_id, p0, p1, d)
         self.mem_recr.seq_div(seq_id, p0, p1, d)

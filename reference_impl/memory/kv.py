@@ -181,6 +181,7 @@ class ISWAMemory:
     def init_full(self) -> MemoryContext:
         return PairContext(self.base.init_full(), self.swa.init_full())
 
+    @implements("MEM-024")
     def get_can_shift(self) -> bool:
         return (
             self.base.get_can_shift()

@@ -68,6 +68,7 @@ class RecurrentFullContext(MemoryContext):
         self.mem = mem
         self.n_rs = mem.size
 
+    @implements("MEM-018")
     def apply(self) -> bool:
         return True
 
@@ -76,9 +77,9 @@ class RecurrentMemory:
     kind = "recurrent"
 
     @implements("MEM-012")
-    def __init__(self, n_seq_max: int = 1, n_rs_seq: int = 0, mem_size: int | None = None) -> None:
+    def __init__(self, n_seq_max: int = 1, n_rs_seq: int = 0) -> None:
         self.n_seq_max = n_seq_max
-        self.size = mem_size if mem_size is not None else max(1, n_seq_max)
+        self.size = max(1, n_seq_max)
         self.n_rs_seq = n_rs_seq
         self.cells = [RSCell() for _ in range(self.size)]
         self.head = 0
@@ -108,7 +109,7 @@ class RecurrentMemory:
             return True
         return False
 
-    @implements("MEM-013")
+    @implements("MEM-013", "MEM-022")
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         p0 = 0 if p0 < 0 else p0
         p1 = INT32_MAX if p1 < 0 else p1
@@ -117,8 +118,6 @@ class RecurrentMemory:
             return False
         if p0 == 0 and p1 == INT32_MAX:
             self.rs_idx[seq_id] = 0
-        if seq_id >= self.size:
-            return False
         tail_id = self.cells[seq_id].tail
         if tail_id >= 0:
             cell = self.cells[tail_id]
@@ -163,6 +162,7 @@ class RecurrentMemory:
             self.cells[tail_src.tail].seq_id.add(seq_id_dst)
             tail_dst.tail = tail_src.tail
 
+    @implements("MEM-021", "MEM-022")
     def seq_keep(self, seq_id: int) -> None:
         new_head = self.size
         for i, c in enumerate(self.cells):
@@ -216,12 +216,14 @@ class RecurrentMemory:
         ps = [c.pos for c in self.cells if seq_id in c.seq_id]
         return max(ps) if ps else -1
 
+    @implements("MEM-024")
     def get_can_shift(self) -> bool:
+        # Only positions move; a state has nothing to re-rotate.
         return True
 
     # ------------------------------------------------------------------ slots
 
-    @implements("MEM-012")
+    @implements("MEM-012", "MEM-022", "MEM-023")
     def find_slot(self, ub: UBatch) -> bool:
         """Give every sequence set of an equal-split ubatch its own state cell (mutates)."""
         n_seq_tokens, n_seqs = ub.n_seq_tokens, ub.n_seqs
