@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,29 @@ def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., A
     causal = new_ctx(n_batch=16, n_ubatch=16)
     assert causal.decode(batch(toks, all_out=True)) == 0
     assert nmse(causal.get_logits_ith(0), ctx.get_logits_ith(0)) > 1e-6
+
+
+@pytest.mark.invariant("DEC-049", "OUT-022")
+@pytest.mark.requires("decoder.encode", "decoder.abort", "decoder.memory_ops")
+def test_aborted_encode_returns_2_and_leaves_nothing_readable(
+    new_ctx: Callable[..., Any],
+) -> None:
+    """An encode stopped by the abort callback returns 2 like decode: memory as before, and no
+    row readable, not even the previous call's; the next encode runs normally."""
+    toks = prompt(5)
+    ctx = new_ctx(n_batch=16, n_ubatch=16)
+    assert ctx.decode(batch(prompt(2))) == 0
+    assert ctx.encode(batch(toks)) == 0
+    want = ctx.get_logits()
+    assert want.shape[0] == 5
+    ctx.set_abort_callback(lambda: True)
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        assert ctx.encode(batch(toks)) == 2
+    assert ctx.n_outputs() == 0
+    assert all(invalid(partial(ctx.get_logits_ith, i)) for i in (0, 4, -1))
+    ctx.set_abort_callback(None)
+    assert ctx.encode(batch(toks)) == 0
+    assert np.array_equal(ctx.get_logits(), want)
 
 
 @pytest.mark.invariant("DEC-050")

@@ -215,3 +215,114 @@ def test_auto_builds_the_step_in_a_cold_cache(fresh_native: None) -> None:
         assert ctx.decode(b) == 0 and ref.decode(b) == 0
         assert_nmse(ref.get_logits(), ctx.get_logits(), 1e-9, f"logits after {toks}")
     assert _paths(ctx) == ["native"]
+
+
+@pytest.mark.requires("decoder.native", "decoder.logits", "decoder.errors")
+@pytest.mark.invariant("DEC-062")
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [("qwen2", "NEOX RoPE"), ("llama3_rope", "rope_freqs"), ("llama_bias", "biases")],
+)
+def test_a_layer_the_step_does_not_implement_stays_on_torch(
+    new_ctx: Callable[..., Any], model: str, words: str
+) -> None:
+    """NEOX RoPE, RoPE frequency factors and biases are not in the C step: "auto" names the
+    feature and decodes one-token ubatches on the torch forward, "native" refuses."""
+    from reference_impl.errors import DecoderError
+
+    auto = new_ctx(model, n_batch=32, trace=True)
+    assert words in auto.native_reason, auto.native_reason
+    ref = new_ctx(model, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(4), list(range(4))), ([7], [4]), ([9], [5])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert auto.decode(b) == 0 and ref.decode(b) == 0
+        assert _paths(auto) == ["torch"]
+        assert np.array_equal(auto.get_logits(), ref.get_logits())
+    with raises_code("DEC_NATIVE_UNAVAILABLE", field="decode_path", exc=DecoderError) as err:
+        new_ctx(model, decode_path="native")
+    assert words in str(err.value)
+
+
+@pytest.mark.requires("decoder.native", "decoder.logits")
+@pytest.mark.invariant("DEC-060")
+def test_native_step_reads_an_embedding_row(new_ctx: Callable[..., Any]) -> None:
+    """Batches of embedding rows (no token ids): the one-token steps run natively from the row
+    and match the torch forward; the rows are not token embeddings of the vocabulary."""
+    from reference_impl import Batch
+
+    ref, nat = _pair(new_ctx, "gqa")
+    rows = np.random.default_rng(11).normal(0.0, 0.5, size=(8, 64)).astype(np.float32)
+    for lo, hi in ((0, 4), (4, 5), (5, 7), (7, 8)):  # n_ubatch 4
+        b = Batch.from_lists(embd=rows[lo:hi], pos=list(range(lo, hi)), logits=[1] * (hi - lo))
+        assert ref.decode(b) == 0
+        assert nat.decode(b) == 0
+        assert_nmse(ref.get_logits(), nat.get_logits(), 1e-9, f"logits of rows {lo}..{hi - 1}")
+        assert _paths(nat) == (["native"] if hi - lo == 1 else ["torch"])
+
+
+_FAKE_CC = """#!/bin/sh
+# a compiler that fails: it may first write a partial output file (-o PATH)
+out=""
+while [ $# -gt 0 ]; do
+    if [ "$1" = "-o" ]; then out="$2"; fi
+    shift
+done
+if [ "$DC_FAKE_CC_WRITES" = 1 ] && [ -n "$out" ]; then echo partial > "$out"; fi
+echo "fake-cc: refusing to compile" >&2
+exit 1
+"""
+
+
+@pytest.mark.invariant("DEC-063")
+@pytest.mark.parametrize("writes_output", [False, True])
+def test_a_failing_compiler_falls_back_and_leaves_no_file(
+    fresh_native: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, writes_output: bool
+) -> None:
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+    from reference_impl.native import build
+
+    cc = tmp_path / "fake-cc"
+    cc.write_text(_FAKE_CC)
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("DC_FAKE_CC_WRITES", "1" if writes_output else "0")
+    model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
+    ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
+    assert "fake-cc: refusing to compile" in ctx.native_reason, ctx.native_reason
+    assert [p for p in build.cache_dir().rglob("*") if p.is_file()] == []
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert _paths(ctx) == ["torch"]
+        assert np.array_equal(ctx.get_logits(), ref.get_logits())
+
+
+@pytest.mark.invariant("DEC-063")
+def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_path: Any) -> None:
+    """A library in the build cache whose ABI version is not the reference's (a stale build):
+    "auto" does not call it and falls back, naming both versions."""
+    import subprocess
+
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+    from reference_impl.native import build
+
+    cc = build._compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    stub = tmp_path / "stub.c"
+    stub.write_text(f"int dc_abi_version(void) {{ return {build.ABI_VERSION + 6}; }}\n")
+    lib = build.cache_dir() / build._key(cc, ()) / "libdc_decode_step.so"
+    lib.parent.mkdir(parents=True)
+    subprocess.run([cc, "-shared", "-fPIC", str(stub), "-o", str(lib)], check=True)
+    model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
+    ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
+    assert f"ABI {build.ABI_VERSION + 6} != {build.ABI_VERSION}" in ctx.native_reason
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert _paths(ctx) == ["torch"]
+        assert np.array_equal(ctx.get_logits(), ref.get_logits())

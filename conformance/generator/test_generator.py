@@ -198,9 +198,32 @@ def test_failed_decode_ends_generation_with_its_code(make_gen: Callable[..., Gen
     gen.ctx.set_abort_callback(abort_at_position_5)
     with raises_code("GEN_DECODE_FAILED", exc=GeneratorError) as exc:
         run(gen, prompts=[prompt(4)], max_tokens=8)
+    assert (exc.value.field, exc.value.index) == ("decode", 2)  # the second decode step
     assert exc.value.decode_code == 2
     assert exc.value.trace is not None and exc.value.trace[-1].phase == "error"
     assert exc.value.trace[-1].calls[-1]["code"] == 2
+
+
+@pytest.mark.invariant("GEN-010", "GEN-023")
+@pytest.mark.requires("decoder.abort")
+def test_failed_prefill_ends_generation_with_an_error_record(
+    make_gen: Callable[..., Generator],
+) -> None:
+    """A prefill call that fails: the error names step 0, and the trace is the one prefill
+    record turned into the error record, with the failed call in it."""
+    gen = make_gen(n_seq_max=2)
+    gen.ctx.set_abort_callback(lambda: True)
+    with raises_code("GEN_DECODE_FAILED", field="decode", index=0, exc=GeneratorError) as exc:
+        run(gen, prompts=[prompt(4), prompt(3, start=9)], max_tokens=4)
+    assert exc.value.decode_code == 2
+    trace = exc.value.trace
+    assert trace is not None
+    assert [(s.phase, s.step, s.seq_no) for s in trace] == [("error", 0, 0)]
+    assert trace[0].calls == [{"n_tokens": 7, "code": 2}]
+    assert trace[0].fed == {
+        0: [(t, p) for p, t in enumerate(prompt(4))],
+        1: [(t, p) for p, t in enumerate(prompt(3, start=9))],
+    }
 
 
 @pytest.mark.requires("tokenizer.tokenize")

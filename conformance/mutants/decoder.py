@@ -410,6 +410,64 @@ def _native_refuses_mqa(target: Any) -> Any:
     return target
 
 
+def _native_runs_neox(target: Any) -> Any:
+    """The native step is accepted for a model with NEOX RoPE (it rotates adjacent pairs)."""
+    from reference_impl.native import step
+
+    original = step.unsupported
+
+    def unsupported(graph: Any) -> str | None:
+        why = original(graph)
+        return None if why is not None and why.startswith("NEOX") else why
+
+    replace("reference_impl.native.step", "unsupported", unsupported)
+    return target
+
+
+def _native_embd_row_as_token_zero(target: Any) -> Any:
+    """A one-token ubatch of an embedding row runs natively from token 0's embedding."""
+    from reference_impl.native.step import NativeDecodeStep
+
+    original = NativeDecodeStep.__call__
+
+    def call(self: NativeDecodeStep, **kw: Any) -> Any:
+        if kw["token"] is None:
+            kw = {**kw, "token": 0, "embd": None}
+        return original(self, **kw)
+
+    NativeDecodeStep.__call__ = call  # type: ignore[method-assign]
+    return target
+
+
+def _failed_build_leaves_its_output(target: Any) -> Any:
+    """A failed compile leaves its partial output in the build cache (no clean-up)."""
+    import os
+    import subprocess
+
+    from reference_impl.native import build as native_build
+
+    def build(defines: tuple[str, ...] = ()) -> Any:
+        cc = native_build._compiler()
+        if cc is None:
+            raise RuntimeError("no C compiler")
+        out_dir = native_build.cache_dir() / native_build._key(cc, defines)
+        lib_path = out_dir / "libdc_decode_step.so"
+        if lib_path.exists():
+            return lib_path
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir / f".build-{os.getpid()}.so"
+        flags = (*native_build.FLAGS, *(f"-D{d}" for d in defines))
+        cmd = [cc, *flags, str(native_build.SOURCE), "-o", str(tmp), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()}")
+        os.replace(tmp, lib_path)
+        return lib_path
+
+    replace("reference_impl.native.build", "build", build)
+    return target
+
+
 def _tail_seq_rm_keeps_first_cell(target: Any) -> Any:
     """seq_rm(s, p, -1) removes [p + 1, inf): the next decode continues at p + 1."""
     from reference_impl.decoder.context import Context
@@ -949,5 +1007,26 @@ MUTANTS = [
         ("OUT-008",),
         _ith_accessor_skips_swaps,
         black_box=True,
+    ),
+    Mutant(
+        "native-runs-neox-rope",
+        "decoder",
+        "the native step is used for a NEOX-RoPE model (qwen2), rotating adjacent pairs",
+        ("DEC-062",),
+        _native_runs_neox,
+    ),
+    Mutant(
+        "native-embd-row-as-token-zero",
+        "decoder",
+        "a one-token ubatch of an embedding row runs natively from token 0's embedding",
+        ("DEC-060",),
+        _native_embd_row_as_token_zero,
+    ),
+    Mutant(
+        "native-failed-build-leaves-output",
+        "decoder",
+        "a compiler that fails after writing its output leaves that file in the build cache",
+        ("DEC-063",),
+        _failed_build_leaves_its_output,
     ),
 ]

@@ -130,6 +130,24 @@ def _trace_without_failed_call(target: Any) -> Any:
     return target
 
 
+def _prefill_error_index_one(target: Any) -> Any:
+    """A failed prefill call's GEN_DECODE_FAILED names step 1 instead of 0."""
+    from reference_impl.errors import GeneratorError
+    from reference_impl.generator import Generator
+
+    original = Generator._prefill
+
+    def _prefill(self: Generator, *args: Any) -> Any:
+        try:
+            return original(self, *args)
+        except GeneratorError as err:
+            err.index = 1
+            raise
+
+    Generator._prefill = _prefill  # type: ignore[method-assign,assignment]
+    return target
+
+
 _CHAINS: dict[tuple[str, int], Any] = {}
 
 
@@ -324,5 +342,12 @@ MUTANTS = [
         "a request that names no seed is generated with seed 1 instead of 0",
         ("GEN-024",),
         _default_seed_one,
+    ),
+    Mutant(
+        "gen-prefill-error-index-one",
+        "generator",
+        "a decode call that fails in prefill raises GEN_DECODE_FAILED with index 1, not 0",
+        ("GEN-010",),
+        _prefill_error_index_one,
     ),
 ]

@@ -407,10 +407,10 @@ class Context:
         return sb
 
     def _run_encode(self, ub: UBatch) -> None:
-        """Compute the encode's ubatch; a failure (abort: 2, compute: -3) leaves no row."""
+        """Compute the encode's ubatch; a failure (abort: 2, compute: -3) leaves no row: the
+        output reservation before it already reset the mapping, and only success maps rows."""
         result = self.executor.encode(ub)
         if result.status != ComputeStatus.SUCCESS:
-            self.outputs.drop()
             assert result.error is not None
             raise _StepFailed(ubatch_failure_decode_code(result.status), result.error)
         self.embd_seq.update(result.pooled)

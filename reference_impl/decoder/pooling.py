@@ -7,7 +7,8 @@ to one vector per sequence present in the ubatch (``seq_id_unq``), with llama.cp
   first; membership is read on the first token of each group of ``n_seq_tokens``);
 * CLS: the token with the smallest position (ties: the first in ubatch order);
 * LAST: the token with the largest position (ties: the last in ubatch order);
-* RANK: the LAST row for causal models, the CLS row otherwise, through the classifier head.
+* RANK has no pooler: no model this reference loads has a classifier head, so a context
+  refuses RANK at creation (OUT-028, ``Context._check_params``).
 
 NONE is not a pooler: per-token rows go to the output buffer like logits.
 """
@@ -87,15 +88,3 @@ POOLERS: dict[PoolingType, Callable[[np.ndarray, UBatch], Pooled]] = {
     PoolingType.CLS: pool_cls,
     PoolingType.LAST: pool_last,
 }
-
-
-@implements("OUT-028")
-def pool_rank(
-    hidden: np.ndarray,
-    ub: UBatch,
-    head: Callable[[np.ndarray], np.ndarray],
-    causal: bool,
-) -> Pooled:
-    """RANK: select the LAST (causal) or CLS row, then apply the classifier ``head``."""
-    rows = pool_last(hidden, ub) if causal else pool_cls(hidden, ub)
-    return {s: np.asarray(head(v), dtype=np.float32) for s, v in rows.items()}

@@ -43,6 +43,3 @@ class DecodeTrace:
     def kinds(self, call: int | None = None) -> list[str]:
         evs = self.events if call is None else self.of_call(call)
         return [e.kind for e in evs]
-
-    def clear(self) -> None:
-        self.events.clear()

@@ -54,6 +54,7 @@ def _key(cc: str, defines: tuple[str, ...]) -> str:
     return h.hexdigest()[:16]
 
 
+@implements("DEC-063")
 def build(defines: tuple[str, ...] = ()) -> Path:
     """Compile (or find) the library for ``defines`` (e.g. ``("DC_MUTANT_ROPE_HALVES",)``).
     Raises RuntimeError naming the compiler's complaint when it cannot be built."""

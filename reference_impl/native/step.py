@@ -84,13 +84,12 @@ def _layer_matrices(layer: FusedLayer) -> dict[str, torch.Tensor]:
     }
 
 
+@implements("DEC-062")
 def unsupported(graph: LlamaForward) -> str | None:
     """Why ``graph`` cannot run natively, or None when it can."""
     hp = graph.hparams
     if hp.n_rot != hp.head_dim:
         return f"partial RoPE (n_rot {hp.n_rot} != head_dim {hp.head_dim})"
-    if hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
-        return "n_head is not a multiple of n_head_kv"
     # The C step is the plain llama layer: NORM RoPE without factors, no bias.
     if hp.rope_neox:
         return f"NEOX RoPE ({hp.arch})"
@@ -218,9 +217,8 @@ class NativeDecodeStep:
             row = np.ascontiguousarray(embd, dtype=np.float32).reshape(hp.n_embd)
             x_in = row.ctypes.data_as(_F)
         rot = graph.rope.rotations(np.array([position], dtype=np.int64))
-        rope = torch.view_as_real(rot)  # [1, 1, hd/2, 2] (cos, sin): a view of the table
-        if not rope.is_contiguous():
-            rope = rope.contiguous()
+        # [1, 1, hd/2, 2] (cos, sin): a view of the table (contiguous() copies only if it is not)
+        rope = torch.view_as_real(rot).contiguous()
         if logits is not None:
             assert logits.dtype == np.float32 and logits.flags.c_contiguous
             assert logits.shape == (hp.n_vocab,)
