@@ -573,9 +573,9 @@ def _t5_spm_default_ids(target: Any) -> Any:
     def load_vocab(meta: Any) -> Any:
         vocab = original(meta)
         if vocab is not None and vocab.model == "t5":
-            if not meta.has("tokenizer.ggml.eos_token_id"):
+            if meta.get_int("tokenizer.ggml.eos_token_id", -1) < 0:  # the key is missing
                 vocab = dataclasses.replace(vocab, eos_id=2)
-            if not meta.has("tokenizer.ggml.unknown_token_id"):
+            if meta.get_int("tokenizer.ggml.unknown_token_id", -1) < 0:
                 vocab = dataclasses.replace(vocab, unk_id=0)
         return vocab
 
@@ -771,5 +771,106 @@ MUTANTS += [
         "PLaMo-2 keeps tokens scored at or below -2000 as candidates",
         kills=("TOK-077",),
         apply=_plamo2_no_score_floor,
+    ),
+]
+
+
+# -- Leftover rules: space prefix of RWKV / PLaMo-2, small vocabularies, charsmap edges ----------
+
+
+def _byte_piece_keeps_space(target: Any) -> Any:
+    # A PLaMo-2 BYTE piece is returned before the lstrip: detokenize keeps the space of a
+    # leading <0x20> (the reference's former defect).
+    from reference_impl.tokenizer import Plamo2Tokenizer
+
+    original = Plamo2Tokenizer.token_to_piece
+
+    def token_to_piece(self: Any, token: int, special: bool = False, lstrip: int = 0) -> bytes:
+        text = self.vocab.tokens[token]
+        if self.vocab.types[token] == 6 and len(text) == 6 and text.startswith("<0x"):
+            lstrip = 0
+        return original(self, token, special, lstrip)
+
+    Plamo2Tokenizer.token_to_piece = token_to_piece  # type: ignore[method-assign]
+    return target
+
+
+def _bpe_missing_char_as_latin1(target: Any) -> Any:
+    # A symbol that is no token is written as the one-character tokens of its UTF-8 bytes
+    # read as Latin-1 ("Ġ" = C4 A0 -> "Ä"), instead of being dropped.
+    from reference_impl.tokenizer import BpeTokenizer
+
+    def _tokenize_word(self: Any, word: str, out: list[int]) -> None:
+        ids = self.vocab.token_to_id
+        if self.vocab.ignore_merges and word in ids:
+            out.append(ids[word])
+            return
+        for sym in self._merge(word):
+            if sym in ids:
+                out.append(ids[sym])
+                continue
+            out += [ids[chr(b)] for b in sym.encode("utf-8") if chr(b) in ids]
+
+    BpeTokenizer._tokenize_word = _tokenize_word  # type: ignore[method-assign]
+    return target
+
+
+def _wpm_default_unk_kept(target: Any) -> Any:
+    # A WordPiece vocabulary without an unknown_token_id key keeps UNK 100 even when the
+    # vocabulary is smaller (llama.cpp unsets it).
+    import reference_impl.tokenizer as tok
+
+    original = tok.load_vocab
+
+    def load_vocab(meta: Any) -> Any:
+        vocab = original(meta)
+        if vocab is not None and vocab.model == "bert" and vocab.unk_id < 0:
+            vocab = dataclasses.replace(vocab, unk_id=100)
+        return vocab
+
+    replace(tok.__name__, "load_vocab", load_vocab)
+    return target
+
+
+def _ugm_stray_continuation_kept(target: Any) -> Any:
+    # Continuation bytes left by a charsmap entry that ended inside a character pass through
+    # unchanged instead of becoming U+FFFD.
+    from reference_impl.tokenizer import UgmTokenizer
+
+    def _after_entry(self: Any, data: bytes, step: int, parts: list[bytes]) -> int:
+        return step
+
+    UgmTokenizer._after_entry = _after_entry  # type: ignore[method-assign]
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-plamo2-byte-piece-keeps-space",
+        "tokenizer",
+        "detokenize with add_space_prefix keeps the space of a leading PLaMo-2 <0x20> piece",
+        kills=("TOK-080",),
+        apply=_byte_piece_keeps_space,
+    ),
+    Mutant(
+        "tok-bpe-missing-char-as-latin1",
+        "tokenizer",
+        "a BPE symbol that is no token is written as the Latin-1 tokens of its bytes",
+        kills=("TOK-081",),
+        apply=_bpe_missing_char_as_latin1,
+    ),
+    Mutant(
+        "tok-wpm-default-unk-kept",
+        "tokenizer",
+        "a WordPiece vocabulary of fewer than 101 tokens keeps the default UNK id 100",
+        kills=("TOK-082",),
+        apply=_wpm_default_unk_kept,
+    ),
+    Mutant(
+        "tok-ugm-stray-continuation-kept",
+        "tokenizer",
+        "UGM passes continuation bytes left by a charsmap entry through instead of U+FFFD",
+        kills=("TOK-083",),
+        apply=_ugm_stray_continuation_kept,
     ),
 ]

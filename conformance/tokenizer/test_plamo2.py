@@ -111,9 +111,12 @@ def test_control_text_matches_without_parse_special(target: Any, plamo2: Any) ->
     assert target.token_to_piece(plamo2, space, False) == b" "
 
 
-def _write_vocab(path: Path, extra: tuple[tuple[str, float], ...]) -> str:
+def _write_vocab(
+    path: Path, extra: tuple[tuple[str, float], ...], *, space_prefix: bool | None = None
+) -> str:
     """A PLaMo-2 vocabulary-only file: the four controls, the 256 BYTE tokens, then ``extra``
-    (NORMAL, with their scores), so ids of ``extra`` start at 260."""
+    (NORMAL, with their scores), so ids of ``extra`` start at 260; ``space_prefix`` writes
+    ``tokenizer.ggml.add_space_prefix``."""
     tokens = [*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *(t for t, _ in extra)]
     w = gguf.GGUFWriter(str(path), "plamo2")
     w.add_tokenizer_model("plamo2")
@@ -124,6 +127,8 @@ def _write_vocab(path: Path, extra: tuple[tuple[str, float], ...]) -> str:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_pad_token_id(3)
+    if space_prefix is not None:
+        w.add_add_space_prefix(space_prefix)
     finish_gguf(w)
     return str(path)
 
@@ -160,6 +165,28 @@ def test_detokenize_keeps_leading_space(target: Any, tmp_path: Path) -> None:
                 got = target.detokenize(vocab, ids, remove_special, unparse_special)
                 assert got == text.encode(), (text, remove_special, unparse_special)
     assert target.tokenize(vocab, " x", False, False) == [260]
+
+
+@pytest.mark.invariant("TOK-080")
+def test_space_prefix_key_strips_the_first_piece(target: Any, tmp_path: Path) -> None:
+    """``add_space_prefix = true`` adds no space when tokenizing, but detokenize removes one
+    leading space of the first piece: of a token (a two-space token keeps one) or of the
+    ``<0x20>`` BYTE piece."""
+    extra = ((" x", -1.0), ("  ", -1.0))
+    plain = target.load_vocab(_write_vocab(tmp_path / "plamo2-plain.gguf", extra))
+    vocab = target.load_vocab(
+        _write_vocab(tmp_path / "plamo2-prefix.gguf", extra, space_prefix=True)
+    )
+    assert target.tokenize(vocab, "  ", False, False) == [261]
+    assert target.tokenize(vocab, " ", False, False) == _bytes_of(" ")
+    for text in (" x", "  ", " ", "  x x", "x ", " \u00e9"):
+        ids = target.tokenize(vocab, text, False, False)
+        assert ids == target.tokenize(plain, text, False, False), text
+        want = text.encode()[1:] if text.startswith(" ") else text.encode()
+        for remove_special in (False, True):
+            for unparse_special in (False, True):
+                got = target.detokenize(vocab, ids, remove_special, unparse_special)
+                assert got == want, (text, remove_special, unparse_special)
 
 
 # Three-character tokens against three unknown code points (3 * 10^7): each is cheaper, but

@@ -110,6 +110,34 @@ def test_rwkv_pieces(target: Any, rwkv: Any) -> None:
             assert target.token_to_piece(rwkv, tid, False) == raw
 
 
+@pytest.mark.invariant("TOK-080")
+def test_space_prefix_key_strips_the_first_piece(target: Any, rwkv: Any, tmp_path: Path) -> None:
+    """``add_space_prefix = true`` adds no space when tokenizing, but detokenize removes one
+    leading space of the first piece (the fixture's two- and three-space tokens keep the
+    rest)."""
+    tokens = rwkv_vocab()
+    path = tmp_path / "rwkv-prefix.gguf"
+    w = gguf.GGUFWriter(str(path), "rwkv6")
+    w.add_tokenizer_model("rwkv")
+    w.add_token_list(list(tokens))
+    w.add_token_types([3] + [1] * (len(tokens) - 1))
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    w.add_add_space_prefix(True)
+    finish_gguf(w)
+    vocab = target.load_vocab(str(path))
+    two = tokens.index("  ")
+    assert target.tokenize(vocab, "  x", False, False)[0] == two
+    for text in ("  x", "   ", " Hello world", "Hi ", "x  y"):
+        ids = target.tokenize(vocab, text, False, False)
+        assert ids == target.tokenize(rwkv, text, False, False), text
+        want = text.encode()[1:] if text.startswith(" ") else text.encode()
+        for remove_special in (False, True):
+            for unparse_special in (False, True):
+                got = target.detokenize(vocab, ids, remove_special, unparse_special)
+                assert got == want, (text, remove_special, unparse_special)
+
+
 # A vocabulary without the one-byte tokens: no token starts with "x", "z" or NUL; "c" starts
 # only "cd"; "é" is one two-byte token.
 SPARSE = ("<s>", "a", "b", "ab", "cd", "\\xc3\\xa9")

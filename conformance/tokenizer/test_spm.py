@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import raises_code
 from conformance.fixtures.gguf_models import USER_DEFINED_TOKEN, fixture_vocab
+from conformance.fixtures.vocabularies import finish_gguf
 from conformance.tokenizer import oracle
 
 pytestmark = pytest.mark.requires("model.load", "tokenizer.tokenize")
@@ -113,6 +115,43 @@ def test_matches_naive_spm(target: Any, tok_model: Any, vocab_path: Path, text: 
     for add_special in (False, True):
         got = target.tokenize(tok_model, text, add_special, False)
         assert got == oracle.tokenize(vocab_path, text, add_special, False), repr(text)
+
+
+# Pieces with a '▁' right after another character: merges may then cross word starts.
+ACROSS_WORDS = (
+    ("e" + SPACE, -1.0),
+    ("e" + SPACE + "t", -0.5),
+    ("s" + SPACE, -1.0),
+    ("s" + SPACE + "a", -0.5),
+    (SPACE + "the" + SPACE, -0.5),
+)
+
+
+@pytest.mark.invariant("TOK-004")
+@pytest.mark.requires("tokenizer.vocab_only")
+def test_matches_naive_spm_across_words(target: Any, tmp_path: Path) -> None:
+    """The fixture vocabulary plus pieces that span a word start (vocabulary only): merges
+    run over the whole fragment, as the naive rule does."""
+    tokens, scores, types = fixture_vocab()
+    path = tmp_path / "spm-across.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([*tokens, *(t for t, _ in ACROSS_WORDS)])
+    w.add_token_scores([*scores, *(sc for _, sc in ACROSS_WORDS)])
+    w.add_token_types([*types, *(1 for _ in ACROSS_WORDS)])
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(EOS)
+    w.add_unk_token_id(UNK)
+    finish_gguf(w)
+    vocab = target.load_vocab(str(path))
+    spanning = set(range(len(tokens), len(tokens) + len(ACROSS_WORDS)))
+    seen: set[int] = set()
+    for text in [*CORPUS, "the state at the end", "is a test; these are the tests"]:
+        for add_special in (False, True):
+            got = target.tokenize(vocab, text, add_special, False)
+            assert got == oracle.tokenize(path, text, add_special, False), repr(text)
+            seen |= spanning & set(got)
+    assert seen == spanning  # every spanning piece was used
 
 
 @pytest.mark.invariant("TOK-005")

@@ -82,10 +82,15 @@ def test_space_rules(target: Any) -> None:
 
 @pytest.mark.invariant("TOK-052")
 def test_charsmap_normalization(target: Any) -> None:
-    """nmt_nfkc folds compatibility forms: the ligature ﬁ, circled ①, full-width letters."""
+    """nmt_nfkc folds compatibility forms: the ligature ﬁ, circled ①, full-width letters.
+    "न" only starts longer keys (with a nukta): it passes unchanged, and folding goes on after
+    it."""
     vocab = cached(target, "load_vocab", str(ugm_vocab_path("ugm")))
     ids = target.tokenize(vocab, "ﬁ ① ａｂ", False, False)
     assert _text(target, vocab, ids) == b" fi 1 ab"
+    ids = target.tokenize(vocab, "\u0928\uff41 \u0928", False, False)
+    assert ids == target.tokenize(vocab, "\u0928a \u0928", False, False)
+    assert _text(target, vocab, ids) in (" \u0928a \u0928".encode(), b" <unk>a <unk>")
 
 
 @pytest.mark.invariant("TOK-052")
@@ -164,11 +169,17 @@ def test_charsmap_shifted_base(target: Any, tmp_path: Path) -> None:
 
 
 def _write_ugm(
-    path: Path, extra: tuple[tuple[str, float], ...] = (), *, special_ids: bool = True
+    path: Path,
+    extra: tuple[tuple[str, float], ...] = (),
+    *,
+    special_ids: bool = True,
+    remove_extra: bool = True,
+    charsmap: bytes | None = None,
 ) -> None:
     """The SentencePiece-default unigram fixture with ``extra`` (piece, score) appended, and
-    without the EOS / UNK id keys unless ``special_ids``. No charsmap (identity normalization):
-    its 240,000 int8 entries take seconds to read, and these texts need none."""
+    without the EOS / UNK id keys unless ``special_ids``; ``remove_extra`` writes
+    ``remove_extra_whitespaces``. No charsmap (identity normalization) unless ``charsmap``:
+    the model's 240,000 int8 entries take seconds to read, and these texts need none."""
     pieces, scores, types, _ = ugm_model()
     w = gguf.GGUFWriter(str(path), "t5")
     w.add_tokenizer_model("t5")
@@ -176,7 +187,9 @@ def _write_ugm(
     w.add_token_scores([*scores, *(sc for _, sc in extra)])
     w.add_token_types([*types, *(NORMAL for _ in extra)])
     w.add_add_space_prefix(True)
-    w.add_remove_extra_whitespaces(True)
+    w.add_remove_extra_whitespaces(remove_extra)
+    if charsmap is not None:
+        w.add_precompiled_charsmap(charsmap)
     if special_ids:
         w.add_eos_token_id(EOS)
         w.add_unk_token_id(UNK)
@@ -211,3 +224,77 @@ def test_t5_default_special_ids(target: Any, tmp_path: Path) -> None:
         assert ids == target.tokenize(written, text, True, False), repr(text)
         assert ids[-1] == EOS, repr(text)
     assert UNK in target.tokenize(bare, "a\ue000b", False, False)
+
+
+@pytest.mark.invariant("TOK-052")
+def test_space_prefix_alone(target: Any, tmp_path: Path) -> None:
+    """``add_space_prefix`` without ``remove_extra_whitespaces``: every space stays a ``'▁'``
+    and one more goes right before the first word (after any leading spaces), none when there
+    is no word; detokenize then removes one leading space and gives the text back."""
+    path = tmp_path / "prefix.gguf"
+    _write_ugm(path, remove_extra=False)
+    vocab = target.load_vocab(str(path))
+    for text, normalized in {
+        "  Hello  world ": "   Hello  world ",
+        "Hello world": " Hello world",
+        "   ": "   ",
+        " a": "  a",
+    }.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert UNK not in ids, text
+        assert _text(target, vocab, ids) == normalized.encode(), text
+        assert target.detokenize(vocab, ids, False, False) == normalized.encode()[1:], text
+
+
+def _byte_key_charsmap(entries: dict[int, bytes]) -> bytes:
+    """A hand-built charsmap whose keys are single bytes (``entries``: byte -> replacement):
+    the root's BASE is 256, each key's unit sits at 256 ^ byte with BASE 1, its VALUE at
+    256 ^ byte ^ 1."""
+    units = [0] * 512
+    units[0] = 256 << 10
+    strings = b""
+    for byte, replacement in entries.items():
+        at = 256 ^ byte
+        units[at] = 1 << 10 | 1 << 8 | byte  # BASE 1, LEAF, label
+        units[at ^ 1] = len(strings)
+        strings += replacement + b"\0"
+    trie = struct.pack(f"<{len(units)}I", *units)
+    return struct.pack("<I", len(trie)) + trie + strings
+
+
+@pytest.mark.invariant("TOK-083")
+def test_entry_ending_inside_a_character(target: Any, tmp_path: Path) -> None:
+    """Keys that are lead bytes (C3 of "é", E4 of "中") leave continuation bytes behind: each
+    becomes U+FFFD unless a key starts there (AD of "中" -> "Y"), so the text tokenizes as the
+    normalized text does (a U+FFFD piece is added to the vocabulary)."""
+    path = tmp_path / "lead-keys.gguf"
+    charsmap = _byte_key_charsmap({0xC3: b"E", 0xE4: b"X", 0xAD: b"Y"})
+    _write_ugm(path, (("\ufffd", -1.0),), remove_extra=False, charsmap=charsmap)
+    vocab = target.load_vocab(str(path))
+    replacement = len(PIECES)
+    for text, normalized in {
+        "\u00e9": "E\ufffd",
+        "a\u00e9b": "aE\ufffdb",
+        "\u4e2d": "X\ufffdY",
+        "\u00e9 \u4e2d x": "E\ufffd X\ufffdY x",
+    }.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert replacement in ids, text
+        assert ids == target.tokenize(vocab, normalized, False, False), text
+
+
+@pytest.mark.invariant("TOK-083")
+def test_replacement_that_is_not_utf8(target: Any, tmp_path: Path) -> None:
+    """``Q`` -> the lone byte C3: the Viterbi reads a two-byte character from it, so the first
+    byte of the next ``'▁'`` joins its UNK, and so do that ``'▁'``'s other bytes: the words
+    are not solved one by one."""
+    path = tmp_path / "bad-replacement.gguf"
+    _write_ugm(path, charsmap=_byte_key_charsmap({ord("Q"): b"\xc3"}))
+    vocab = target.load_vocab(str(path))
+    for text, want in {
+        "Hello Q world": b" Hello <unk>world",
+        "Q x": b" <unk>x",
+        "aQb": b" a<unk>",
+    }.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert _text(target, vocab, ids) == want, text

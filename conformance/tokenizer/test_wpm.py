@@ -6,11 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.fixtures.vocabularies import wpm_vocab, wpm_vocab_path, write_wpm_gguf
+from conformance.fixtures.vocabularies import (
+    finish_gguf,
+    wpm_vocab,
+    wpm_vocab_path,
+    write_wpm_gguf,
+)
 from conformance.gate import cached
 from conformance.tokenizer import hf_oracle
 
@@ -131,6 +137,40 @@ def test_normalizer_lowercase_key(target: Any, tmp_path: Path, wpm: Any) -> None
     ]
     assert target.tokenize(cased, "café", False, False) == [UNK]
     assert UNK not in target.tokenize(wpm, "Hello café", False, False)
+
+
+def _write_lowercase_only(path: Path) -> str:
+    """The WordPiece fixture with lower case on and ``normalizer.strip_accents = false``."""
+    w = gguf.GGUFWriter(str(path), "bert")
+    w.add_tokenizer_model("bert")
+    w.add_token_list(list(TOKENS))
+    w.add_token_types(list(TYPES))
+    for add, text in (
+        (w.add_bos_token_id, "[CLS]"),
+        (w.add_sep_token_id, "[SEP]"),
+        (w.add_unk_token_id, "[UNK]"),
+        (w.add_pad_token_id, "[PAD]"),
+    ):
+        add(TOKENS.index(text))
+    w.add_bool("tokenizer.ggml.normalizer.lowercase", True)
+    w.add_bool("tokenizer.ggml.normalizer.strip_accents", False)
+    finish_gguf(w)
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-065")
+def test_lowercase_without_accent_stripping(target: Any, tmp_path: Path, wpm: Any) -> None:
+    """Lower case without accent stripping: ``İ`` (U+0130) becomes ``i`` by the simple mapping
+    (no NFD reduction does it here), ``É`` becomes ``é`` and accented letters and combining
+    marks stay, so the fixture (built from accent-stripped words) has no piece for them."""
+    vocab = target.load_vocab(_write_lowercase_only(tmp_path / "no-strip.gguf"))
+    for text, same_as in {"\u0130": "i", "\u0130t IS": "it is", "HELLO": "hello"}.items():
+        want = target.tokenize(wpm, same_as, False, False)
+        assert UNK not in want
+        assert target.tokenize(vocab, text, False, False) == want, text
+    for text in ("caf\u00e9", "CAF\u00c9", "cafe\u0301"):
+        assert target.tokenize(vocab, text, False, False) == [UNK], text
+        assert UNK not in target.tokenize(wpm, text, False, False), text
 
 
 # (code point, whether it is a CJK ideograph to BERT): the first and last of each block, and

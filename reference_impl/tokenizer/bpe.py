@@ -8,8 +8,8 @@ Per raw-text fragment (after the special-token partition, with no space prefix):
 3. with ``ignore_merges`` (Llama-3 pre types) a word that is itself a token is emitted whole;
 4. otherwise the word starts as one symbol per character and the adjacent pair with the lowest
    merge rank is merged until no adjacent pair has a rank (ties: the leftmost pair);
-5. a final symbol that is a token is emitted; otherwise each of its (mapped) UTF-8 bytes that is
-   a one-byte token is emitted and the rest are dropped (never an UNK).
+5. a final symbol that is a token is emitted; any other (a character of the byte alphabet the
+   vocabulary lacks) is dropped, never an UNK.
 
 ``add_special`` adds BOS when ``add_bos`` and EOS when ``add_eos``; a BPE vocabulary has no
 space prefix, so detokenize removes no space, and ``clean_spaces`` (on for most pre types)
@@ -44,21 +44,20 @@ class BpeTokenizer(BaseTokenizer):
                 self._tokenize_word(uni.byte_encode(word), ids)
             out += ids
 
-    @implements("TOK-050")
+    @implements("TOK-050", "TOK-081")
     def _tokenize_word(self, word: str, out: list[int]) -> None:
         ids = self.vocab.token_to_id
         if self.vocab.ignore_merges and word in ids:
             out.append(ids[word])
             return
         for sym in self._merge(word):
+            # A symbol that is no token is one character (merges only build tokens: checked
+            # at load). llama.cpp then looks each of its UTF-8 bytes up as a one-byte token:
+            # an ASCII byte is that same missing character, and no token text is a lone byte
+            # >= 0x80, so nothing is found and the character is dropped.
             tid = ids.get(sym)
             if tid is not None:
                 out.append(tid)
-                continue
-            for b in sym.encode("utf-8"):  # only ASCII one-byte tokens can match
-                tid = ids.get(chr(b)) if b < 0x80 else None
-                if tid is not None:
-                    out.append(tid)
 
     def _merge(self, word: str) -> list[str]:
         """Lowest-rank-first merging of adjacent symbols (leftmost pair on equal ranks)."""
@@ -91,6 +90,6 @@ class BpeTokenizer(BaseTokenizer):
             push(left, nxt[left])
         return [s for s in sym if s]
 
-    @implements("TOK-059")
+    @implements("TOK-059", "TOK-081")
     def _normal_piece(self, text: str) -> bytes:
         return uni.byte_decode(text)

@@ -17,7 +17,7 @@ _INT_TYPES = ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "
 
 
 class GgufMeta:
-    """``get_str`` / ``get_int`` / ``get_bool`` / ``get_array`` / ``has`` over a GGUF file."""
+    """``get_str`` / ``get_int`` / ``get_bool`` / ``get_array`` over a GGUF file."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         import gguf
@@ -80,6 +80,3 @@ class GgufMeta:
                 field=key,
             )
         return list(f.contents())
-
-    def has(self, key: str) -> bool:
-        return key in self.fields

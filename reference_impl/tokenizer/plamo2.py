@@ -109,17 +109,19 @@ class Plamo2Tokenizer(BaseTokenizer):
             i += length
         return out
 
-    @implements("TOK-054")
+    @implements("TOK-054", "TOK-080")
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
         """A BYTE token's byte; any other token's raw text (CONTROL/UNKNOWN only with
-        ``special``), with up to ``lstrip`` leading spaces removed."""
+        ``special``), with up to ``lstrip`` leading spaces removed (from a BYTE token's space
+        too: llama.cpp strips the cached piece, whatever the token's type)."""
         self._check(token)
         ttype, text = self.vocab.types[token], self.vocab.tokens[token]
         if ttype in (TokenType.CONTROL, TokenType.UNKNOWN) and not special:
             return b""
         if ttype == TokenType.BYTE and len(text) == 6 and text.startswith("<0x"):
-            return bytes([int(text[3:5], 16)])
-        piece = text.encode()
+            piece = bytes([int(text[3:5], 16)])
+        else:
+            piece = text.encode()
         k = 0
         while k < lstrip and piece[:1] == b" ":
             piece = piece[1:]

@@ -117,7 +117,7 @@ class RwkvTokenizer(BaseTokenizer):
             index=pos,
         )
 
-    @implements("TOK-053")
+    @implements("TOK-053", "TOK-080")
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
         self._check(token)
         if not special and self.vocab.types[token] in (TokenType.CONTROL, TokenType.UNKNOWN):

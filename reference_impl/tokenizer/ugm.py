@@ -2,13 +2,14 @@
 
 Per raw-text fragment, over UTF-8 bytes:
 
-1. **Normalize**, one prefix at a time: the longest USER_DEFINED token text passes through
-   as is; otherwise the longest match in the precompiled character map (SentencePiece's
-   ``precompiled_charsmap``: a XOR-compressed double-array trie plus NUL-terminated
-   replacement strings) is replaced; otherwise one UTF-8 character passes unchanged. In the
-   result each space becomes ``'▁'`` (or is dropped with ``remove_extra_whitespaces``), and a
-   run of non-spaces gets a ``'▁'`` in front when it is the first one and
-   ``add_space_prefix`` is on, or always with ``remove_extra_whitespaces``.
+1. **Normalize**, one prefix at a time (a USER_DEFINED token text would pass through as is,
+   but the special-token partition leaves none in the text): the longest match in the
+   precompiled character map (SentencePiece's ``precompiled_charsmap``: a XOR-compressed
+   double-array trie plus NUL-terminated replacement strings) is replaced; otherwise one
+   UTF-8 character passes unchanged. In the result each space becomes ``'▁'`` (or is dropped
+   with ``remove_extra_whitespaces``), and a run of non-spaces gets a ``'▁'`` in front when it
+   is the first one and ``add_space_prefix`` is on, or always with
+   ``remove_extra_whitespaces``.
 2. **Viterbi** over byte offsets: every NORMAL, USER_DEFINED or UNUSED token starting at a
    character boundary proposes ``best[start] + score`` (0 for USER_DEFINED) for its end, which
    it takes only if strictly better; a character no token covers exactly also proposes UNK with
@@ -37,6 +38,7 @@ from reference_impl.tokenizer.vocab import (
 )
 
 _ESCAPED_SPACE = SPACE_ESCAPE.encode()
+_REPLACEMENT = "\ufffd".encode()  # what llama.cpp writes for a byte it reads no character at
 WINDOW = 3  # bytes of text CharsMap.hot_windows looks at
 _WORD_START = re.compile(b"(?<!%s)(?=%s)" % (_ESCAPED_SPACE, _ESCAPED_SPACE))  # before '▁'s
 _INNER_SPACE = re.compile(b"(?<!%s)(?<=.)%s" % (_ESCAPED_SPACE, _ESCAPED_SPACE), re.DOTALL)
@@ -145,15 +147,6 @@ class UgmTokenizer(BaseTokenizer):
         for i, (text, t) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
             if t in kinds:
                 self.pieces[text.encode()] = i  # a repeated text keeps its last id
-        self.user_defined = sorted(
-            (
-                vocab.tokens[i].encode()
-                for i, t in enumerate(vocab.types)
-                if t == TokenType.USER_DEFINED
-            ),
-            key=len,
-            reverse=True,
-        )
         normal = [
             np.float32(s)
             for s, t in zip(vocab.scores, vocab.types, strict=True)
@@ -166,13 +159,9 @@ class UgmTokenizer(BaseTokenizer):
         self._init_lattice()
 
     def _init_normalizer(self) -> None:
-        # Where a step can be more than one unchanged character: a hot window, or the first
-        # byte of a user-defined token. Only there does the normalizer walk in Python.
+        # Where a step can be more than one unchanged character: a hot window. Only there
+        # does the normalizer walk in Python.
         self._hot = self.charsmap.hot_windows()
-        self._user_first = np.zeros(256, dtype=bool)
-        for ud in self.user_defined:
-            if ud:  # an empty text matches nowhere (see _prefix)
-                self._user_first[ud[0]] = True
 
     @implements("TOK-052")
     def _init_lattice(self) -> None:
@@ -213,6 +202,7 @@ class UgmTokenizer(BaseTokenizer):
             ids += got[1:] if got and ids and ids[-1] == unk and got[0] == unk else got
         out += ids
 
+    @implements("TOK-083")
     def _words(self, data: bytes) -> list[bytes]:
         """``data`` cut before each run of ``'▁'`` when the Viterbi of the parts gives the
         Viterbi of the whole: no piece has a ``'▁'`` right after another character (so none
@@ -226,11 +216,10 @@ class UgmTokenizer(BaseTokenizer):
         return _WORD_START.split(data)
 
     def _prefix(self, data: bytes, pos: int) -> tuple[bytes, int] | None:
-        """The step at ``pos`` when it is a user-defined token or a charsmap entry: (what it
-        becomes, bytes used); None when one character passes unchanged."""
-        for ud in self.user_defined:
-            if ud and data.startswith(ud, pos):
-                return ud, len(ud)
+        """The step at ``pos`` when it is a charsmap entry: (what it becomes, bytes used); None
+        when one character passes unchanged. llama.cpp first lets a user-defined token's text
+        pass as is, but the special-token partition has already split every USER_DEFINED text
+        out of the fragments (whatever ``parse_special`` says), so none is ever found here."""
         hit = self.charsmap.longest(data, pos)
         if hit is not None:
             return hit[1], hit[0]
@@ -239,24 +228,41 @@ class UgmTokenizer(BaseTokenizer):
     @implements("TOK-052")
     def normalize(self, data: bytes) -> bytes:
         # Steps go one character at a time except where _prefix matches, which needs a hot
-        # window or a user-defined first byte: numpy finds those, Python walks only there.
+        # window: numpy finds those, Python walks only there.
         padded = np.frombuffer(data + bytes(WINDOW - 1), dtype=np.uint8).astype(np.int64)
         window = padded[: len(data)] << 16 | padded[1 : len(data) + 1] << 8 | padded[2:]
-        spots = np.flatnonzero(self._hot[window] | self._user_first[padded[: len(data)]])
+        spots = np.flatnonzero(self._hot[window])
         parts: list[bytes] = []
         copied = 0  # data[:copied] is in parts
-        step = 0  # where the next step starts, unless characters pass before a spot
+        step = 0  # no step starts before this: the end of the last entry (and its U+FFFDs)
         for pos in spots.tolist():
-            if pos < step or not _steps_reach(data, step, pos):
+            # steps from a character boundary over UTF-8 text start at no continuation byte
+            if pos < step or _is_continuation(data[pos]):
                 continue
             hit = self._prefix(data, pos)
             if hit is None:
-                step = pos + min(_utf8_len(data[pos]), len(data) - pos)
-                continue
+                continue  # one character passes (its other bytes are continuation bytes)
             parts += (data[copied:pos], hit[0])
-            copied = step = pos + hit[1]
+            step = self._after_entry(data, pos + hit[1], parts)
+            copied = step
         parts.append(data[copied:])
         return self._escape_spaces(b"".join(parts))
+
+    @implements("TOK-083")
+    def _after_entry(self, data: bytes, step: int, parts: list[bytes]) -> int:
+        """The steps at the continuation bytes an entry that ended inside a character left
+        (appended to ``parts``); returns the next character boundary. llama.cpp reads no
+        character at a continuation byte: unless an entry starts there, it becomes U+FFFD and
+        the step is that one byte."""
+        while step < len(data) and _is_continuation(data[step]):
+            hit = self._prefix(data, step)
+            if hit is None:
+                parts.append(_REPLACEMENT)
+                step += 1
+            else:
+                parts.append(hit[0])
+                step += hit[1]
+        return step
 
     @implements("TOK-052")
     def _escape_spaces(self, text: bytes) -> bytes:
@@ -310,13 +316,8 @@ class UgmTokenizer(BaseTokenizer):
         return out[::-1]
 
 
-def _steps_reach(data: bytes, step: int, pos: int) -> bool:
-    """Whether one-character steps from ``step`` land on ``pos``. The text is UTF-8, so they
-    land on every byte that is not a continuation byte; only after an entry that ended inside
-    a character do they also cross that character's continuation bytes one by one."""
-    if pos == step or not 0x80 <= data[pos] <= 0xBF:
-        return True
-    return all(0x80 <= b <= 0xBF for b in data[step : pos + 1])
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte <= 0xBF
 
 
 def _is_utf8(data: bytes) -> bool:

@@ -42,9 +42,9 @@ _CATEGORY_BIT = {
 
 @lru_cache(maxsize=65536)
 def flags(cpt: int) -> int:
-    """The category bit of ``cpt`` plus WHITESPACE when it is in llama.cpp's whitespace set."""
-    if cpt > 0x10FFFF:
-        return UNDEFINED
+    """The category bit of ``cpt`` plus WHITESPACE when it is in llama.cpp's whitespace set.
+    ``cpt`` comes from a Python string, so it is at most U+10FFFF (llama.cpp meets larger ones
+    only when decoding invalid UTF-8 bytes, which never reach the reference)."""
     cat = unicodedata2.category(chr(cpt))
     bit = UNDEFINED if cat == "Cn" else _CATEGORY_BIT[cat[0]]
     return bit | (WHITESPACE if cpt in WHITESPACE_CPTS else 0)

@@ -94,7 +94,6 @@ class Meta(Protocol):
     def get_int(self, key: str, default: int | None = None) -> int: ...
     def get_bool(self, key: str, default: bool) -> bool: ...
     def get_array(self, key: str, item_types: tuple[str, ...]) -> list[Any] | None: ...
-    def has(self, key: str) -> bool: ...
 
 
 def _load_err(code: str, message: str, key: str, index: int | None = None) -> ModelLoadError:
@@ -104,7 +103,7 @@ def _load_err(code: str, message: str, key: str, index: int | None = None) -> Mo
 SUPPORTED_MODELS = ("llama", "gpt2", "bert", "t5", "rwkv", "plamo2")
 
 
-@implements("GGUF-016", "TOK-058", "TOK-062", "TOK-065", "TOK-075")
+@implements("GGUF-016", "TOK-058", "TOK-062", "TOK-065", "TOK-075", "TOK-082")
 def load_vocab(meta: Meta) -> Vocab | None:
     """The vocabulary described by ``tokenizer.ggml.*`` (None for ``no_vocab``), with llama.cpp's
     per-family defaults; malformed or unsupported vocabularies raise :class:`ModelLoadError`
@@ -409,7 +408,7 @@ class BaseTokenizer:
         """The bytes of a NORMAL token (family-specific)."""
         return text.replace(SPACE_ESCAPE, " ").encode()
 
-    @implements("TOK-007")
+    @implements("TOK-007", "TOK-081")
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
         """The bytes of one token (llama_token_to_piece); control/unknown tokens are empty
         unless ``special``; up to ``lstrip`` leading spaces are removed."""

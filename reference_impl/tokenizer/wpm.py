@@ -46,6 +46,7 @@ def _nfd_first(cpt: int) -> int:
     return ord(unicodedata2.normalize("NFD", chr(cpt))[0])
 
 
+@implements("TOK-065")
 def _lower(cpt: int) -> int:
     if cpt == 0x130:  # 'İ': the simple mapping is 'i' (str.lower gives 'i' + U+0307)
         return 0x69
