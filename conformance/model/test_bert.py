@@ -27,6 +27,7 @@ from conformance.fixtures.bert_model import (
     bert_fixture_path,
     write_bert_gguf,
 )
+from conformance.gate import cached
 from conformance.model import oracle
 from conformance.model.bert_cases import CLS, NMSE_BAR, PROMPTS, SEP, bert_context, read
 
@@ -298,3 +299,64 @@ def test_unusable_file_refused(case: str, target: Any, tmp_path: Path) -> None:
     path = write_bert_gguf(CFG, tmp_path / f"{case}.gguf", **kwargs)
     with raises_code(code, field=field):
         target.load_model(path)
+
+
+# -- the full-sequence forward (GGUF-054, GGUF-055) -----------------------------------------------
+
+# the whole position table (n_ctx_train tokens: the last position included), ids spread over the
+# vocabulary
+FULL = [CLS, *((29 * i + 7) % 700 + 5 for i in range(CFG.n_ctx_train - 2)), SEP]
+FORWARD_PROMPTS = {**PROMPTS, "full": FULL}  # 1, 5, 48 and 64 tokens
+
+
+def _model(engine: Any) -> Any:
+    return cached(engine, "load_model", str(bert_fixture_path()))
+
+
+def _forward(engine: Any, toks: list[int]) -> np.ndarray:
+    return np.asarray(engine.forward_logits(_model(engine), toks))
+
+
+@pytest.mark.invariant("GGUF-054")
+@pytest.mark.requires("model.forward")
+def test_forward_logits_are_zero(target: Any) -> None:
+    # no output head: every logits row of a full-sequence forward is zero
+    n_vocab = target.model_info(_model(target))["n_vocab"]
+    for prompt, toks in FORWARD_PROMPTS.items():
+        out = _forward(target, toks)
+        assert out.dtype == np.float32, prompt
+        assert out.shape == (len(toks), n_vocab), prompt
+        assert not out.any(), f"{prompt}: {np.count_nonzero(out)} non-zero logits"
+
+
+@pytest.mark.invariant("GGUF-054")
+@pytest.mark.requires("model.forward")
+def test_forward_logits_match_peer(target: Any, peer: Any) -> None:
+    for prompt, toks in FORWARD_PROMPTS.items():
+        assert np.array_equal(_forward(target, toks), _forward(peer, toks)), prompt
+
+
+@pytest.mark.invariant("GGUF-054")
+@pytest.mark.requires("model.forward", "model.errors")
+def test_forward_input_refused(target: Any) -> None:
+    # a sequence one and two tokens past the position table: the first token past it is named
+    for extra in (1, 2):
+        with raises_code("MODEL_POS_RANGE", field="pos", index=CFG.n_ctx_train):
+            _forward(target, [*FULL, *FULL[1 : 1 + extra]])
+    n_vocab = target.model_info(_model(target))["n_vocab"]
+    with raises_code("MODEL_TOKEN_RANGE", index=2):
+        _forward(target, [CLS, 40, n_vocab, SEP])
+
+
+@pytest.mark.invariant("GGUF-055")
+@pytest.mark.requires("model.forward")
+def test_empty_forward_refused(target: Any) -> None:
+    with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+        _forward(target, [])
+
+
+@pytest.mark.invariant("GGUF-055")
+@pytest.mark.requires("model.forward", "model.errors")
+def test_empty_forward_error_code(target: Any) -> None:
+    with raises_code("MODEL_INPUT", field="token"):
+        _forward(target, [])

@@ -137,3 +137,17 @@ def test_vocab_boundary_tokens_accepted(target: Any, load: Callable[[str], Any])
 def test_token_outside_vocab_error_code(target: Any, load: Callable[[str], Any]) -> None:
     with raises_code("MODEL_TOKEN_RANGE", index=2):
         target.forward_logits(load("mha"), [1, 290, 508, 97])
+
+
+@pytest.mark.invariant("GGUF-055")
+def test_empty_forward_refused(target: Any, load: Callable[[str], Any]) -> None:
+    # llama.cpp refuses to decode an empty batch: there is no logits row to return
+    with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+        target.forward_logits(load("mha"), [])
+
+
+@pytest.mark.invariant("GGUF-055")
+@pytest.mark.requires("model.errors")
+def test_empty_forward_error_code(target: Any, load: Callable[[str], Any]) -> None:
+    with raises_code("MODEL_INPUT", field="token"):
+        target.forward_logits(load("mha"), [])

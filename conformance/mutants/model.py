@@ -647,6 +647,33 @@ def _no_memory_seq_rm_false(target: Any) -> Any:
     return target
 
 
+def _bert_forward_tied_head(target: Any) -> Any:
+    # bert's full-sequence forward projects its hidden states with token_embd, as if tied
+    from reference_impl.model.bert import BertForward
+
+    def forward(self: Any, tokens: Any, output_rows: Any = None) -> torch.Tensor:
+        return F.linear(self.encode_tokens(tokens), self.token_embd)
+
+    BertForward.forward = forward  # type: ignore[method-assign]
+    return target
+
+
+def _empty_forward_empty_logits(target: Any) -> Any:
+    # a forward of no token returns an empty [0, n_vocab] array instead of refusing
+    from reference_impl.model import Model
+
+    original = Model.forward
+
+    def forward(self: Any, tokens: Any, output_rows: Any = None) -> torch.Tensor:
+        if np.asarray(tokens).size == 0:
+            return torch.zeros(0, self.hparams.n_vocab)
+        out: torch.Tensor = original(self, tokens, output_rows)
+        return out
+
+    Model.forward = forward  # type: ignore[method-assign]
+    return target
+
+
 def _unnamed_tensors_unreadable(target: Any) -> Any:
     # model_tensor reads only the global and per-layer tensors of the separate-Q/K/V table: a
     # stored bias or a fused attn_qkv is not found by its GGUF name
@@ -1035,6 +1062,22 @@ MUTANTS = [
         "a bert batch with a position past the learned position table is not refused with -1",
         kills=("DEC-067",),
         apply=_position_table_unchecked,
+    ),
+    Mutant(
+        "model-bert-forward-tied-head",
+        "model",
+        "bert's full-sequence forward gives token_embd-projected logits instead of zeros",
+        kills=("GGUF-054",),
+        apply=_bert_forward_tied_head,
+        black_box=True,
+    ),
+    Mutant(
+        "model-empty-forward-empty-logits",
+        "model",
+        "a forward of an empty token sequence returns no row instead of being refused",
+        kills=("GGUF-055",),
+        apply=_empty_forward_empty_logits,
+        black_box=True,
     ),
     Mutant(
         "model-unnamed-tensors-unreadable",

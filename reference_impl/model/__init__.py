@@ -17,13 +17,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from reference_impl.errors import EngineError
+from reference_impl.errors import BatchError, EngineError
 from reference_impl.model import gguf_loader, llama
 from reference_impl.model.bert import BertForward
 from reference_impl.model.gemma3 import Gemma3Forward
 from reference_impl.model.gguf_loader import HParams, ModelWeights
 from reference_impl.model.llama import AttentionFn, KVRead, KVWrite, LlamaForward, set_threads
 from reference_impl.native import NativeDecodeStep
+from reference_impl.spec_links import implements
 from reference_impl.tokenizer import BaseTokenizer, make_tokenizer
 
 __all__ = [
@@ -133,11 +134,15 @@ class Model:
 
     # -- forward ------------------------------------------------------------------------------
 
+    @implements("GGUF-055")
     def forward(
         self, tokens: Sequence[int] | np.ndarray, output_rows: Sequence[int] | None = None
     ) -> torch.Tensor:
-        """Full-sequence logits ``[n_rows, n_vocab]`` (positions 0.., causal, no cache)."""
+        """Full-sequence logits ``[n_rows, n_vocab]`` (positions 0.., causal, no cache). An
+        empty sequence is refused, as llama.cpp's decode refuses an empty batch."""
         self._require_tensors()
+        if np.asarray(tokens).size == 0:
+            raise BatchError("MODEL_INPUT", "a forward needs at least one token", field="token")
         return self.graph.forward(tokens, output_rows)
 
     def _require_tensors(self) -> None:

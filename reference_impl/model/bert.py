@@ -86,7 +86,7 @@ def _layer(t: dict[str, torch.Tensor], il: int) -> BertLayer:
     )
 
 
-@implements("GGUF-052")
+@implements("GGUF-052", "GGUF-054")
 def input_embeddings(
     x: torch.Tensor,
     positions: np.ndarray,
@@ -114,7 +114,7 @@ def input_embeddings(
 class BertForward(LlamaForward):
     """The bert graph over float32 weights. It reuses the llama forward's inputs and its
     cached-step entry point (``forward_ubatch``, which a memory-less context's encode calls
-    with scratch K/V and the non-causal mask); the layers are bert's."""
+    with scratch K/V, the non-causal mask and every row an output); the layers are bert's."""
 
     def __init__(self, weights: ModelWeights, attention: AttentionFn | None = None) -> None:
         self.hparams: HParams = weights.hparams
@@ -137,6 +137,9 @@ class BertForward(LlamaForward):
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
         output_rows: torch.Tensor | None,
     ) -> torch.Tensor:
+        # An encode makes every token an output (DEC-048): no caller selects rows, so the
+        # last layer has no inp_out_ids step (llama.cpp's is a no-op when every row is kept).
+        assert output_rows is None, "bert encodes every token: no output-row selection"
         hp = self.hparams
         eps = hp.norm_eps
         n_head, n_head_kv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
@@ -144,7 +147,6 @@ class BertForward(LlamaForward):
         x = input_embeddings(x, positions, self.pos_embd, self.type_embd)
         x = layer_norm(x, *self.embd_norm, eps)
         n = x.shape[0]
-        last = len(self.layers) - 1
         for il, layer in enumerate(self.layers):
             assert isinstance(layer, BertLayer)
             qkv = torch.addmm(layer.b_qkv, x, layer.wqkv_t)
@@ -152,17 +154,12 @@ class BertForward(LlamaForward):
             k = qkv[:, n_q : n_q + n_k].reshape(n, n_head_kv, hd)
             v = qkv[:, n_q + n_k :].reshape(n, n_head_kv, hd)
             o = attend(il, q, k, v)
-            if il == last and output_rows is not None:  # llama.cpp's inp_out_ids
-                o = o.index_select(0, output_rows)
-                x = x.index_select(0, output_rows)
             h = layer_norm(torch.addmm(layer.b_o, o, layer.wo_t) + x, *layer.attn_norm, eps)
             up = gelu_ggml(torch.addmm(layer.b_up, h, layer.w_up_t))
             x = layer_norm(torch.addmm(layer.b_down, up, layer.w_down_t) + h, *layer.out_norm, eps)
-        if not self.layers and output_rows is not None:
-            x = x.index_select(0, output_rows)
         return x
 
-    @implements("GGUF-052")
+    @implements("GGUF-052", "GGUF-054")
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """No output head: zero logits, as llama.cpp's untouched (zero-filled) logits rows."""
         return torch.zeros(hidden.shape[0], self.hparams.n_vocab)
@@ -182,6 +179,7 @@ class BertForward(LlamaForward):
 
         return self._run(x, np.arange(n, dtype=np.int64), attend, None)
 
+    @implements("GGUF-054")
     @torch.inference_mode()
     def forward(
         self,

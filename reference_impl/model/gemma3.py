@@ -162,8 +162,6 @@ class Gemma3Forward(LlamaForward):
             n_ff = layer.w_down_t.shape[0]
             act = gelu_ggml(gate_up[:, :n_ff]) * gate_up[:, n_ff:]
             x = x + post_norm(act @ layer.w_down_t, layer.ffn_post_norm, eps)
-        if not self.layers and output_rows is not None:
-            x = x.index_select(0, output_rows)
         return rms_norm(x, self.output_norm, eps)
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:

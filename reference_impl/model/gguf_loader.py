@@ -126,10 +126,6 @@ class HParams:
         return self.n_head_kv * self.head_dim
 
     @property
-    def n_gqa(self) -> int:
-        return self.n_head // self.n_head_kv
-
-    @property
     def kq_scale(self) -> float:
         return self.attn_scale or 1.0 / float(np.sqrt(self.head_dim))
 
@@ -161,10 +157,6 @@ class LayerWeights:
     attn_k_norm: torch.Tensor | None = None
     attn_post_norm: torch.Tensor | None = None
     ffn_post_norm: torch.Tensor | None = None
-
-    @property
-    def has_bias(self) -> bool:
-        return any(getattr(self, attr) is not None for attr in _BIAS_ATTRS.values())
 
 
 @dataclass(frozen=True)

@@ -258,9 +258,8 @@ class RopeCache:
         return torch.polar(torch.ones_like(theta), theta)
 
     def rotations(self, positions: np.ndarray) -> torch.Tensor:
-        """Complex ``[n, 1, n_rot/2]`` for int64 ``positions [n]`` (any sign)."""
-        if positions.size == 0:
-            return self.table[:0].unsqueeze(1)
+        """Complex ``[n, 1, n_rot/2]`` for int64 ``positions [n]`` (any sign; n >= 1: a forward
+        refuses an empty sequence, GGUF-055, and a ubatch or a K-shift is never empty)."""
         lo = int(positions.min())
         hi = int(positions.max())
         if lo < 0:  # K-shift deltas can be negative: compute directly, do not cache
@@ -394,8 +393,6 @@ class LlamaForward:
             x = torch.addmm(x, act, layer.w_down_t)
             if layer.b_down is not None:
                 x = x.add_(layer.b_down)
-        if not self.layers and output_rows is not None:
-            x = x.index_select(0, output_rows)
         return rms_norm(x, self.output_norm, eps)
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:

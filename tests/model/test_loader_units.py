@@ -139,7 +139,7 @@ def test_weights_record(tmp_path: Path) -> None:
     assert w.tensor_types["blk.0.ffn_up.weight"] == "Q4_0"
     assert w.tensor_types["output_norm.weight"] == "F32"
     assert w.metadata["general.name"] == "decode-conformance fixture q4"
-    assert w.hparams.n_gqa == 2 and w.hparams.n_embd_k_gqa == 32
+    assert w.hparams.n_head // w.hparams.n_head_kv == 2 and w.hparams.n_embd_k_gqa == 32
     with pytest.raises(KeyError):
         w.tensor("blk.9.attn_q.weight")
 
