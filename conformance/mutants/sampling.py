@@ -127,6 +127,29 @@ def _min_p_reorders(original: Callable[..., TokenDataArray]) -> Callable[..., To
     return min_p
 
 
+def _top_n_sigma_needs_a_live_logit(
+    original: Callable[..., TokenDataArray],
+) -> Callable[..., TokenDataArray]:
+    def top_n_sigma(cur: TokenDataArray, n: float) -> TokenDataArray:
+        live = cur.logits[cur.logits != -np.inf]
+        if F32(n) > 0.0 and cur.size > 1:
+            # the defect: the maximum is taken over the live logits alone, with no case for
+            # none (numpy's max of an empty array raises)
+            np.max(live)
+        return original(cur, n)
+
+    return top_n_sigma
+
+
+def _normalize_any_maximum(_: Any) -> Callable[[TokenDataArray], TokenDataArray]:
+    def normalize_scores(cur: TokenDataArray) -> TokenDataArray:
+        # the defect: a maximum of -inf or +inf is subtracted too, which leaves NaN logits
+        with np.errstate(invalid="ignore"):
+            return cur.with_logits((cur.logits - np.max(cur.logits)).astype(F32))
+
+    return normalize_scores
+
+
 def _temp_zero_last_max(original: Callable[..., TokenDataArray]) -> Callable[..., TokenDataArray]:
     def temp(cur: TokenDataArray, t: float) -> TokenDataArray:
         if F32(t) > 0.0 or cur.size == 0:
@@ -480,6 +503,22 @@ MUTANTS = [
         "min-p's unsorted path sorts the rows it keeps",
         ("SMP-032",),
         _patch("reference_impl.sampling.truncation", "min_p", _min_p_reorders),
+    ),
+    Mutant(
+        "smp-top-n-sigma-all-masked-fails",
+        "sampling",
+        "top-n-sigma fails on an array whose every logit is -inf instead of passing it through",
+        ("SMP-035",),
+        _patch(
+            "reference_impl.sampling.truncation", "top_n_sigma", _top_n_sigma_needs_a_live_logit
+        ),
+    ),
+    Mutant(
+        "smp-normalize-non-finite-max",
+        "sampling",
+        "normalize_scores subtracts a maximum of -inf or +inf, turning logits into NaN",
+        ("SMP-073",),
+        _patch("reference_impl.sampling.candidates", "normalize_scores", _normalize_any_maximum),
     ),
     Mutant(
         "smp-temp-zero-last-max",

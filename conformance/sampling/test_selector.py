@@ -113,6 +113,22 @@ def test_normalize_moves_the_maximum_to_zero(target: Any, cur: TokenDataArray) -
     assert int(np.argmax(out.logits)) == int(np.argmax(cur.logits)) and out.sorted == cur.sorted
 
 
+@pytest.mark.invariant("SMP-073")
+@pytest.mark.requires("sampling.selector")
+@pytest.mark.parametrize(
+    "logits",
+    [[-np.inf, -np.inf, -np.inf], [1.5, np.inf, -2.0], [np.inf, -np.inf, np.inf]],
+    ids=["all--inf", "one-+inf", "+inf-and--inf"],
+)
+def test_normalize_keeps_a_row_without_a_finite_maximum(target: Any, logits: list[float]) -> None:
+    ids = np.array([3, 1, 8], np.int32)
+    p = np.array([0.25, 0.5, 0.25], F32)
+    cur = TokenDataArray(ids, np.array(logits, F32), p, -1, False)
+    out = target.normalize_scores(cur)
+    assert np.array_equal(out.logits, np.array(logits, F32)), f"logits {out.logits.tolist()}"
+    assert np.array_equal(out.ids, ids) and np.array_equal(out.p, p) and out.sorted is False
+
+
 # ---- SMP-085: EMEL's sampler pipeline ---------------------------------------------------------
 
 

@@ -348,3 +348,16 @@ def test_top_n_sigma_leaves_a_single_row(target: Any) -> None:
     cur = TokenDataArray(np.array([7], np.int32), np.array([-3.5], F32), np.array([0.2], F32))
     out = apply_once(target, [["top_n_sigma", {"n": 0.1}]], cur)
     assert out.logits.tolist() == [-3.5] and out.ids.tolist() == [7]
+
+
+@pytest.mark.invariant("SMP-035")
+@pytest.mark.requires("sampling.chain", "sampling.top_n_sigma")
+@pytest.mark.parametrize("sorted_flag", [False, True])
+def test_top_n_sigma_leaves_an_all_masked_array(target: Any, sorted_flag: bool) -> None:
+    """No logit is live, so there is no mean or sigma: the rule keeps every row as it is."""
+    ids = np.array([4, 9, 2, 6], np.int32)
+    p = np.array([0.1, 0.2, 0.3, 0.4], F32)
+    cur = TokenDataArray(ids, np.full(4, -np.inf, F32), p, -1, sorted_flag)
+    out = apply_once(target, [["top_n_sigma", {"n": 1.5}]], cur)
+    assert np.array_equal(out.ids, ids) and np.array_equal(out.p, p), describe(out)
+    assert np.all(out.logits == -np.inf) and out.sorted is sorted_flag, describe(out)

@@ -27,9 +27,6 @@ class Chain:
     def __init__(self, members: Iterable[Sampler] = ()) -> None:
         self.samplers: list[Sampler] = list(members)
 
-    def add(self, sampler: Sampler) -> None:
-        self.samplers.append(sampler)
-
     @implements("SMP-010")
     def apply(self, cur: TokenDataArray) -> TokenDataArray:
         for sampler in self.samplers:
@@ -105,10 +102,10 @@ def build_sampler(spec: SamplerSpec, vocab: Any = None) -> Sampler:
         case "logit_bias":
             return samplers.init_logit_bias(p["biases"])
         case "dry":
-            if not samplers.dry_enabled(p["multiplier"], p["base"], p["penalty_last_n"]):
-                return samplers.Empty("?dry")  # llama.cpp reads no breaker when disabled
             breakers = p["breakers"]
-            if p["breaker_strings"]:
+            # llama.cpp reads no breaker when disabled: init_dry then returns the empty sampler
+            enabled = samplers.dry_enabled(p["multiplier"], p["base"], p["penalty_last_n"])
+            if enabled and p["breaker_strings"]:
                 breakers = dry.string_breakers(vocab, p["breaker_strings"])
             return samplers.init_dry(
                 p["multiplier"], p["base"], p["allowed_length"], p["penalty_last_n"], breakers

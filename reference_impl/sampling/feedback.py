@@ -137,13 +137,11 @@ def adaptive_start(target: Real, decay: Real) -> AdaptiveState:
 
 @implements("SMP-083")
 def adapted_target(target: Real, state: AdaptiveState) -> np.float32:
-    """clamp(2 * target - average, 0, 1) with target clamped to [0, 1] (target itself when
-    the total weight is 0)."""
+    """clamp(2 * target - average, 0, 1) with target clamped to [0, 1]. llama.cpp falls back
+    to the target when the total weight is 0; here it never is (it starts at
+    ``1 / (1 - decay) >= 1`` and each update keeps it ``>= 1``), so that branch is left out."""
     t = F32(min(max(F32(target), F32(0.0)), F32(1.0)))
-    if state.total_weight == 0.0:
-        raw = t
-    else:
-        raw = F32(F32(F32(2.0) * t) - F32(state.weighted_sum / state.total_weight))
+    raw = F32(F32(F32(2.0) * t) - F32(state.weighted_sum / state.total_weight))
     return F32(min(max(raw, F32(0.0)), F32(1.0)))
 
 

@@ -210,10 +210,6 @@ class Penalties(_Base):
         self._window.clear()
         self._counts.clear()
 
-    @property
-    def history(self) -> list[int]:
-        return list(self._window)
-
 
 class LogitBias(_Base):
     name = "logit-bias"
@@ -261,10 +257,6 @@ class Dry(_Base):
     @implements("SMP-011")
     def reset(self) -> None:
         self._window.clear()
-
-    @property
-    def history(self) -> list[int]:
-        return list(self._window)
 
 
 class _Seeded(_Base):

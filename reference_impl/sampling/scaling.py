@@ -106,8 +106,6 @@ def logit_bias(cur: TokenDataArray, biases: Sequence[tuple[int, Real]]) -> Token
     entry in turn; the remaining entries are searched for, and a candidate takes the first
     matching remaining entry only.
     """
-    if not biases:
-        return cur
     logits = cur.logits.copy()
     to_search: dict[int, np.float32] = {}
     for token, bias in biases:

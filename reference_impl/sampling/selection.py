@@ -29,14 +29,14 @@ def greedy(cur: TokenDataArray) -> TokenDataArray:
 def dist(cur: TokenDataArray, draw: Callable[[], float]) -> TokenDataArray:
     """Sample from softmax(logits) in the current array order and normalise p.
 
-    * n = 0: selected = -1, no draw;
     * n = 1: one draw is consumed (kept in step with backend sampling), selected = 0, p = 1;
     * otherwise: p_i = expf(l_i - max) (float; max = logits[0] when sorted), S = the double
       running sum of the p_i, u = draw(); selected = the first i whose running sum is
       ``>= S * u``; every p_i becomes p_i / S (computed in double, stored as float).
+
+    No array reaching it is empty (``sampler_apply`` refuses one, and no sampler truncates to
+    zero rows), so llama.cpp's n = 0 case (no draw, selected = -1) is left out.
     """
-    if cur.size == 0:
-        return cur.with_selected(-1)
     if cur.size == 1:
         draw()
         return TokenDataArray(cur.ids, cur.logits, np.ones(1, F32), 0, cur.sorted)

@@ -9,7 +9,6 @@ rounding matches the C code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,23 +66,6 @@ class TokenDataArray:
 
     def with_selected(self, selected: int) -> TokenDataArray:
         return TokenDataArray(self.ids, self.logits, self.p, int(selected), self.sorted)
-
-    @classmethod
-    def from_lists(
-        cls,
-        ids: Sequence[int] | np.ndarray,
-        logits: Sequence[float] | np.ndarray,
-        p: Sequence[float] | np.ndarray | None = None,
-        *,
-        selected: int = -1,
-        sorted: bool = False,
-    ) -> TokenDataArray:
-        """Build and validate a record from plain sequences (``p`` defaults to zeros)."""
-        logits_arr = np.asarray(logits)
-        p_arr = np.zeros(logits_arr.shape, np.float32) if p is None else np.asarray(p)
-        return validate(
-            TokenDataArray(np.asarray(ids), logits_arr, p_arr, selected, sorted), copy=True
-        )
 
 
 @implements("SMP-003", "SMP-004")

@@ -27,10 +27,9 @@ def _first_true(mask: np.ndarray) -> int | None:
 def top_k(cur: TokenDataArray, k: int) -> TokenDataArray:
     """Keep the min(k, n) highest logits in descending order (``sorted`` = true); p untouched.
 
-    k <= 0 is a no-op; an already sorted array is only truncated.
+    An already sorted array is only truncated. ``k >= 1``: k <= 0 builds the empty sampler
+    (SMP-015), so llama.cpp's no-op for it never reaches this function.
     """
-    if k <= 0:
-        return cur
     k = min(k, cur.size)
     if cur.sorted:
         return cur.take(np.arange(k), sorted=True)
@@ -69,10 +68,10 @@ def min_p(cur: TokenDataArray, p: Real, min_keep: int) -> TokenDataArray:
     Unsorted input: filtered in place, original order kept, if at least one and at least
     ``min_keep`` tokens pass. Otherwise (or sorted input): sort, keep index 0 and every next
     token up to the first one below the threshold at a position >= min_keep.
+    ``p > 0`` and ``n >= 1``: p <= 0 builds the empty sampler (SMP-015) and no array reaching
+    a sampler is empty.
     """
     p32 = F32(p)
-    if p32 <= 0.0 or cur.size == 0:
-        return cur
     log_p = numerics.logf(p32)
     if not cur.sorted:
         # the C loop starts from -FLT_MAX, so an all -inf row gives a finite max
