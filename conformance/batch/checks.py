@@ -88,12 +88,16 @@ def check_ubatch(ub: Any, sb: Any) -> None:
     seqs = token_seqs(sb)
     for k in range(n):
         assert ubatch_seqs(ub, k) == seqs[int(idxs[k])]
+        # the record's accessor, which the memory and the decoder read, says the same
+        assert ub.seq_ids_of(k) == seqs[int(idxs[k])], f"seq_ids_of({k})"
     pos = np.asarray(ub.pos)
     assert pos.shape == (n * ub.n_pos,)
     bpos = np.asarray(b.pos)
     for j in range(ub.n_pos):
         want = bpos[idxs] if bpos.ndim == 1 else bpos[j, idxs]
         assert np.array_equal(pos[j * n : (j + 1) * n], want), f"section {j}"
+        got = [ub.pos_of(k, j) for k in range(n)]
+        assert got == [int(p) for p in want], f"pos_of(., {j})"
     # sequence metadata
     present = sorted({s for k in range(n) for s in ubatch_seqs(ub, k)})
     assert list(np.asarray(ub.seq_id_unq)) == present

@@ -125,6 +125,32 @@ def test_mrope_embedding_positions_layouts(target: Any) -> None:
     assert_code(e, "SAN_SHAPE", field="pos")
 
 
+@pytest.mark.invariant("SAN-003")
+def test_other_integer_dtypes_and_flat_seq_id(target: Any) -> None:
+    # int64/uint16/int8/bool fields and a flat seq_id [n] (one sequence per token) mean exactly
+    # what the int32 batch with seq_id [n, 1] means
+    narrow = Batch(
+        token=np.array([3, 5, 7], np.int32),
+        pos=np.array([0, 0, 1], np.int32),
+        seq_id=np.array([[0], [1], [0]], np.int32),
+        n_seq_id=np.array([1, 1, 1], np.int32),
+        logits=np.array([0, 1, 1], np.int8),
+    )
+    wide = Batch(
+        token=np.array([3, 5, 7], np.int64),
+        pos=np.array([0, 0, 1], np.uint16),
+        seq_id=np.array([0, 1, 0], np.int64),
+        n_seq_id=np.array([1, 1, 1], np.int8),
+        logits=np.array([False, True, True]),
+    )
+    a, b = _ok(target, narrow), _ok(target, wide)
+    for name in ("token", "pos", "seq_id", "n_seq_id", "logits"):
+        x, y = np.asarray(getattr(a.batch, name)), np.asarray(getattr(b.batch, name))
+        assert (y.dtype, y.shape) == (x.dtype, x.shape) and np.array_equal(x, y), name
+    assert [b.seq_pos_max(s) for s in (0, 1)] == [1, 0]
+    assert list(np.asarray(b.seq_id_unq)) == [0, 1] and b.n_outputs == 2
+
+
 # ---- SAN-004 .. SAN-006: token and sequence ids -----------------------------------------------
 
 

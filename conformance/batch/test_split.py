@@ -236,7 +236,7 @@ def test_more_sets_than_ubatch(target: Any) -> None:
     assert list(ub.idxs) == [0, 1, 2]
 
 
-@pytest.mark.invariant("SPL-009", "SPL-010")
+@pytest.mark.invariant("SPL-009", "SPL-010", "SPL-015")
 @pytest.mark.parametrize(
     ("sequential", "per_set"),
     [(False, 1), (True, 1), (False, 2)],
@@ -248,12 +248,20 @@ def test_more_sets_than_ubatch_many_sequences(target: Any, sequential: bool, per
     n = 20
     sets = [[per_set * k + j for j in range(per_set)] for k in range(n)]
     b = Batch.from_lists(list(range(1, n + 1)), pos=[0] * n, seq_ids=sets)
-    _, sp = _splitter(target, b, n_seq_max=n * per_set)
+    sb, sp = _splitter(target, b, n_seq_max=n * per_set)
     for n_ubatch in (2, 5):
         sp.split_reset()
         ub = sp.split_equal(n_ubatch, sequential)
         assert (ub.n_tokens, ub.n_seqs, ub.n_seq_tokens) == (n_ubatch + 1, n_ubatch + 1, 1)
         assert [int(i) for i in ub.idxs] == list(range(n_ubatch + 1))
+    # more sets than the splitter's small-batch path handles also run dry (SPL-015): every
+    # token once, in batch order, then the empty ubatch
+    taken: list[int] = []
+    for ub in split_until_empty(sp, "equal", 5, sequential):
+        check_ubatch(ub, sb)
+        taken.extend(int(i) for i in ub.idxs)
+    assert taken == list(range(n))
+    check_empty_ubatch(sp.split_equal(5, sequential))
 
 
 @pytest.mark.invariant("SPL-011")

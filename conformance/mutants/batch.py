@@ -487,6 +487,24 @@ def _mrope_missing_positions_repeat_section_zero(t: Any) -> Any:
     return t
 
 
+def _wide_int_fields_rejected(t: Any) -> Any:
+    """Integer fields must already be int32: int64 token ids or a flat seq_id are SAN_SHAPE."""
+    import reference_impl.batch.fields as mod
+    from reference_impl.batch.codes import SAN_SHAPE, fail
+
+    original = mod.normalize_fields
+
+    def normalize_fields(batch: Any, n_pos_per_embd: int) -> Any:
+        for name in ("token", "pos", "seq_id", "n_seq_id"):
+            value = getattr(batch, name)
+            if value is not None and np.asarray(value).dtype != np.int32:
+                raise fail(SAN_SHAPE, f"{name} must be int32", field=name)
+        return original(batch, n_pos_per_embd)
+
+    replace("reference_impl.batch.fields", "normalize_fields", normalize_fields)
+    return t
+
+
 MUTANTS = [
     Mutant(
         "spl-simple-repeats-last",
@@ -743,5 +761,12 @@ MUTANTS = [
         kills=("SAN-012",),
         apply=_mrope_missing_positions_repeat_section_zero,
         black_box=True,
+    ),
+    Mutant(
+        "san-wide-int-fields-rejected",
+        "batch",
+        "integer fields of another integer dtype than int32 are rejected with SAN_SHAPE",
+        kills=("SAN-003",),
+        apply=_wide_int_fields_rejected,
     ),
 ]

@@ -73,17 +73,6 @@ class SanitizedBatch:
     seq_sets: tuple[tuple[int, ...], ...]
     set_id: np.ndarray
 
-    @property
-    def has_token(self) -> bool:
-        return self.batch.token is not None
-
-    @property
-    def pos0(self) -> np.ndarray:
-        """Section 0 of the positions (the temporal position for M-RoPE), shape ``[n]``."""
-        pos = self.batch.pos
-        assert pos is not None
-        return pos if pos.ndim == 1 else pos[0]
-
     def seq_pos_min(self, seq_id: int) -> int:
         return int(self.seq_pos_min_arr[seq_id])
 

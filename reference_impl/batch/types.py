@@ -52,11 +52,11 @@ class Batch:
         return 0
 
     def seq_ids_of(self, i: int) -> tuple[int, ...]:
-        """The sequence ids of token ``i`` as given (no defaults applied)."""
-        if self.seq_id is None:
-            return ()
-        k = int(self.n_seq_id[i]) if self.n_seq_id is not None else 1
-        return tuple(int(s) for s in self.seq_id[i, :k])
+        """The sequence ids of token ``i`` of a sanitized batch (``SanitizedBatch.batch``, whose
+        ``seq_id`` and ``n_seq_id`` are always filled; a raw batch's defaults are the
+        sanitizer's business)."""
+        assert self.seq_id is not None and self.n_seq_id is not None, "not a sanitized batch"
+        return tuple(int(s) for s in self.seq_id[i, : int(self.n_seq_id[i])])
 
     @classmethod
     def get_one(cls, tokens: Sequence[int]) -> Batch:

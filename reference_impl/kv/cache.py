@@ -94,14 +94,6 @@ class SlotInfo:
         """Tokens per group."""
         return len(self.idxs[0]) if self.idxs else 0
 
-    @property
-    def s0(self) -> int:
-        return min(self.strm)
-
-    @property
-    def s1(self) -> int:
-        return max(self.strm)
-
     def token_cells(self) -> list[tuple[int, int]]:
         """``(stream, cell)`` of every ubatch token, in ubatch order."""
         return [(st, c) for st, idx in zip(self.strm, self.idxs) for c in idx]
@@ -280,10 +272,6 @@ class KVCache:
 
     def get_used(self) -> int:
         return sum(c.get_used() for c in self.cells)
-
-    def stream_of(self, seq_id: int) -> int:
-        self._check_seq(seq_id)
-        return self.seq_to_stream[seq_id]
 
     # ------------------------------------------------------------------ slots
 

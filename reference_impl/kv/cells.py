@@ -17,7 +17,6 @@ can be undone exactly (``prepare`` and ``restore`` rely on it).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,9 +72,6 @@ class PosMultiset:
             heapq.heappop(h)
         return -h[0] if h else POS_NONE
 
-    def items(self) -> dict[int, int]:
-        return dict(self._counts)
-
 
 # One cell's full state: (pos, seq mask, ext_x, ext_y, shift).
 CellState = tuple[int, int, int, int, int]
@@ -118,9 +114,6 @@ class KVCells:
     def size(self) -> int:
         return int(self.pos.shape[0])
 
-    def is_empty(self, i: int) -> bool:
-        return int(self.pos[i]) == POS_NONE
-
     @implements("KV-002")
     def get_used(self) -> int:
         return self._n_used
@@ -131,12 +124,6 @@ class KVCells:
 
     def seq_count(self, i: int) -> int:
         return self.seq[i].bit_count()
-
-    def seq_has(self, i: int, s: int) -> bool:
-        return (self.seq[i] >> s) & 1 == 1
-
-    def seqs_of(self, i: int) -> tuple[int, ...]:
-        return _bits(self.seq[i])
 
     def seq_get(self, i: int) -> int:
         """The only sequence of a single-sequence cell."""
@@ -156,9 +143,6 @@ class KVCells:
     def seq_cells(self, s: int) -> list[int]:
         """Cells holding sequence ``s``, ascending."""
         return sorted(self._seq_cells.get(s, ()))
-
-    def seqs_present(self) -> list[int]:
-        return sorted(self._seq_cells)
 
     def cells_in(self, p0: int, p1: int) -> np.ndarray:
         """Indices of non-empty cells with ``p0 <= pos < p1`` (``p0 >= 0``), ascending."""
@@ -244,7 +228,9 @@ class KVCells:
 
     @implements("KV-017")
     def seq_keep(self, i: int, s: int) -> bool:
-        """Keep only ``s`` in cell ``i``; empty it when it lacks ``s``. True when emptied."""
+        """Keep only ``s`` in the used cell ``i``; empty it when it lacks ``s``. True when
+        emptied. Between operations a used cell always holds a sequence (apply rejects tokens
+        without one), so llama.cpp's third case, a used cell without sequences, cannot occur."""
         m = self.seq[i]
         if (m >> s) & 1:
             if m != 1 << s:
@@ -252,10 +238,8 @@ class KVCells:
                 self._index_remove(i, int(self.pos[i]), m & ~(1 << s))
                 self.seq[i] = 1 << s
             return False
-        if m:
-            self.rm(i)
-            return True
-        return False
+        self.rm(i)
+        return True
 
     def seq_add(self, i: int, s: int) -> None:
         """Add ``s`` to a non-empty cell (no-op when already present)."""
@@ -327,9 +311,8 @@ class KVCells:
 
     @implements("KV-025")
     def reset_shift(self) -> None:
-        if self.journal is not None:
-            for i in np.flatnonzero(self.shift):
-                self._touch(int(i))
+        # Only update() resets shifts, never inside apply/prepare (the only journals).
+        assert self.journal is None, "reset_shift under a journal would not be undone"
         self.shift[:] = 0
         self.has_shift = False
 
@@ -366,14 +349,3 @@ def _bits(mask: int) -> tuple[int, ...]:
         out.append(low.bit_length() - 1)
         mask ^= low
     return tuple(out)
-
-
-def mask_of(seqs: Iterable[int]) -> int:
-    m = 0
-    for s in seqs:
-        m |= 1 << int(s)
-    return m
-
-
-def iter_bits(mask: int) -> Iterator[int]:
-    yield from _bits(mask)
