@@ -119,9 +119,10 @@ def _heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 def _update(
     m: torch.Tensor, d: torch.Tensor, o: torch.Tensor, s: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Online softmax step: s [B,H,n], v [B,H,n,dv] into m [B,H], d [B,H], o [B,H,dv]."""
-    if s.shape[-1] == 0:
-        return m, d, o
+    """Online softmax step: s [B,H,n], v [B,H,n,dv] into m [B,H], d [B,H], o [B,H,dv].
+
+    ``n`` >= 1: the streaming reference folds the null token, non-empty prefix blocks and a tail
+    only when ``tail_len`` > 0, so no empty block reaches it."""
     m_new = torch.maximum(m, s.amax(dim=-1))
     m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)

@@ -123,16 +123,9 @@ class CacheTensor:
     @implements("DBA-004", "KRN-016")
     def tail(self, tail_len: int) -> torch.Tensor:
         """The exact tail tokens, fp32 ``[B, tail_len, dim]`` (ring slots ``0 .. tail_len-1``)."""
-        if tail_len == 0:
-            return torch.zeros(self.batch, 0, self.dim, device=self._device())
         if self.ring is None:
             raise KernelError("KRN_NO_RESIDUAL", "this cache tensor keeps no residual tail")
         return self.ring[:, :tail_len].to(torch.float32)
-
-    def _device(self) -> torch.device:
-        t = self.buf if self.buf is not None else self.codes
-        assert t is not None
-        return t.device
 
 
 @implements("DBA-003", "DBA-004", "DBA-019")

@@ -221,20 +221,6 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch
     return out.reshape(*lead, qt.pad_dim)[..., : qt.dim].to(dtype)
 
 
-@implements("QNT-004")
-def step_size(qt: QuantizedTensor) -> torch.Tensor:
-    """The quantization step of each block in value units ``[..., n_blocks]`` (fp32).
-
-    q8_0/q4_0: the scale itself. nf4 has non-uniform levels; its step is the largest gap
-    between adjacent levels (0.3038...) times the scale.
-    """
-    s = qt.scales.to(torch.float32)
-    if qt.kind == "nf4":
-        gaps = nf4_levels()[1:] - nf4_levels()[:-1]
-        return s * float(gaps.max())
-    return s
-
-
 @implements("QNT-019")
 def bytes_per_token(kind: str, dim: int, qblock: int = 32) -> int:
     """Storage of one token's vector: fp16 2·dim, fp32 4·dim, q8_0 pad+2·nb, 4-bit pad/2+2·nb."""

@@ -177,6 +177,11 @@ def _in_place_graph(case: str) -> tuple[Graph, str, str]:
     elif case == "other layout":
         p = Tensor("p", 16, "CPY", ("a",), layout=contiguous(2, 2, type="f32"))
         t = [a, p, out(f32("n", 4, "SCALE", "p"))]
+    elif case == "no layout":  # p's implied layout: 16 i8 bytes, as n's given one (D8)
+        p = Tensor("p", 16, "CPY", ("a",))
+        t = [a, p, out(Tensor("n", 16, "SCALE", ("p",), layout=contiguous(16)))]
+    elif case == "no layouts, other sizes":  # implied layouts of 16 and 8 i8 bytes differ
+        t = [a, Tensor("p", 16, "CPY", ("a",)), out(Tensor("n", 8, "SCALE", ("p",)))]
     elif case == "not in place":
         t = [a, f32("p", 4, "CPY", "a"), out(f32("n", 4, "CPY", "p"))]
     elif case == "clamp":
@@ -203,6 +208,8 @@ def _reuse(case: str, reuses: bool, invariant: str) -> Any:
         _reuse("output parent", False, "ALLOC-024"),
         _reuse("two children", False, "ALLOC-020"),
         _reuse("other layout", False, "ALLOC-020"),
+        _reuse("no layout", True, "ALLOC-050"),
+        _reuse("no layouts, other sizes", False, "ALLOC-050"),
         _reuse("not in place", False, "ALLOC-020"),
         _reuse("has data", False, "ALLOC-020"),
         _reuse("view parent", False, "ALLOC-021"),

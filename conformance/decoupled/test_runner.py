@@ -1,5 +1,5 @@
 """The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015, DBA-017,
-DBA-020)."""
+DBA-020, DBA-025)."""
 
 from __future__ import annotations
 
@@ -169,3 +169,22 @@ def test_drift_refuses_a_checkpoint_with_null_token(target: Any, tmp_path: Path)
     assert rc == 1, f"exit {rc}: {err}"
     assert "DBA_APPROX_NULL" in err, err
     assert out == "" and not path.exists(), "nothing may be reported for a refused checkpoint"
+
+
+@pytest.mark.invariant("DBA-025")
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["generate", "--prompt", "", "--max-new", "1"], "--prompt"),
+        (["generate", "--prompt", ",", "--max-new", "1"], "--prompt"),
+        (["score", "--tokens", "7"], "--tokens"),
+    ],
+)
+def test_too_few_tokens_is_a_usage_error(
+    target: Any, tmp_path: Path, argv: list[str], flag: str
+) -> None:
+    path = tmp_path / "summary.json"
+    rc, out, err = target.decoupled_runner([*argv, "--seed", "1", "--summary-json", str(path)])
+    assert rc == 2, f"exit {rc}: {err}"
+    assert flag in err, err
+    assert out == "" and not path.exists(), "nothing may be reported for a run that cannot run"

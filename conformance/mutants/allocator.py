@@ -12,7 +12,7 @@ from typing import Any
 
 from conformance.mutants import Mutant, replace
 from reference_impl.allocator import chunks, context, linear, planner
-from reference_impl.allocator.graph import SIZE_MAX
+from reference_impl.allocator.graph import SIZE_MAX, Tensor
 
 
 def _patch(cls: type, name: str, new: Any) -> None:
@@ -384,6 +384,12 @@ def _larger_in_place_node_accepted(target: Any) -> Any:
     return target
 
 
+def _no_default_layout(target: Any) -> Any:
+    # the defect: a tensor given no layout has none, so it never matches an explicit layout
+    _patch(Tensor, "shape", property(lambda self: self.layout))
+    return target
+
+
 MUTANTS = [
     Mutant(
         "alloc-best-fit-global",
@@ -594,5 +600,12 @@ MUTANTS = [
         "an in-place node larger than its parent is accepted instead of refused",
         ("ALLOC-048",),
         _larger_in_place_node_accepted,
+    ),
+    Mutant(
+        "alloc-no-default-layout",
+        "allocator",
+        "a tensor described without a layout has none instead of a 1-D i8 row of its size",
+        ("ALLOC-050",),
+        _no_default_layout,
     ),
 ]

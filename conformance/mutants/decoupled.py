@@ -362,6 +362,19 @@ def _weights_aliased(_orig: Any) -> Any:
     return weights_of
 
 
+def _short_input_is_a_failed_run(orig: Any) -> Any:
+    from reference_impl.decoupled.runner import UsageError
+    from reference_impl.errors import EngineError
+
+    def _run(args: Any, out: Any) -> Any:
+        try:
+            return orig(args, out)
+        except UsageError as exc:  # the defect: reported as a failed run (exit 1), not misuse
+            raise EngineError("DBA_USAGE", str(exc)) from exc
+
+    return _run
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -537,5 +550,12 @@ MUTANTS = [
         "weights() hands out the model's parameters instead of copies",
         ("DBA-024",),
         _patch(CKPT, "weights_of", _weights_aliased),
+    ),
+    Mutant(
+        "dba-short-input-failed-run",
+        "decoupled",
+        "an empty --prompt or a one-token --tokens exits 1 as a failed run, not 2 as a usage error",
+        ("DBA-025",),
+        _patch(RUNNER, "_run", _short_input_is_a_failed_run),
     ),
 ]

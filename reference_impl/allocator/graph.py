@@ -58,15 +58,6 @@ class Layout:
     ne: tuple[int, int, int, int]
     nb: tuple[int, int, int, int]
 
-    @property
-    def nbytes(self) -> int:
-        """ggml_nbytes for a block size of 1."""
-        if any(n <= 0 for n in self.ne):
-            return 0
-        return TYPE_SIZES[self.type] + sum(
-            (n - 1) * b for n, b in zip(self.ne, self.nb, strict=True)
-        )
-
 
 @dataclass(frozen=True)
 class Tensor:
@@ -95,10 +86,11 @@ class Tensor:
         return self.view_src is not None
 
     @property
+    @implements("ALLOC-050")
     def shape(self) -> Layout:
         if self.layout is not None:
             return self.layout
-        # no layout given: one row of size int8 bytes
+        # no layout given: one row of size int8 bytes (decision D8)
         return Layout("i8", (self.size, 1, 1, 1), (1, self.size, self.size, self.size))
 
 

@@ -203,6 +203,7 @@ def _decode_all(
     return seq, logits
 
 
+@implements("DBA-025")
 def _run(args: argparse.Namespace, out: TextIO) -> Summary:
     policy = resolve_policy(args)  # before anything else: a bad policy changes nothing
     model, source = _model(args)
