@@ -1,8 +1,8 @@
 """Run a seeded, per-area sample of mechanical mutants against their areas' conformance tests.
 
 Each mutant runs in its own pytest process (``python -m tools.mutation.apply``) over
-``conformance/<area>/`` against the reference target, stopping at the first failure: exit 1 is
-*killed*, 0 *survived*, a run past the time limit *timeout* (counted as killed, reported apart),
+``conformance/<area>/`` (and the folders of ``ALSO_TESTED_BY`` for shared code) against the
+reference target, stopping at the first failure: exit 1 is *killed*, 0 *survived*, a run past the time limit *timeout* (counted as killed, reported apart),
 and an error before any test ran (the mutant broke an import) *killed at collection*. Survivors
 are looked up in the triage file: ``equivalent`` ones leave the score, ``gap`` ones are known
 behaviour-changing survivors (they lower the score and wait for a stronger test); any other
@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tools.mutation.sites import ROOT, Site, all_sites
+from tools.mutation.sites import ROOT, Site, all_sites, test_folders
 
 TRIAGE = Path(__file__).with_name("triage.txt")
 SAMPLES = {"ci": 24, "default": 400}
@@ -101,7 +101,7 @@ def run_one(
         env.pop(var)
     cmd = [
         sys.executable, "-m", "tools.mutation.apply", site.path, str(site.index), "--",
-        *(tests or [f"conformance/{site.area}"]), *extra, "--target", "reference",
+        *(tests or test_folders(site)), *extra, "--target", "reference",
         "--peer", peer, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--no-header",
         "-rfE",
         "--assert=plain",  # assertion rewriting would load the module before the mutant hook

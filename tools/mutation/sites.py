@@ -85,6 +85,21 @@ class Site:
         return f"{self.path}:{self.line} in {self.function}: {self.kind} `{self.before}` -> `{self.after}`"
 
 
+# shared code whose only readers live in another area: its mutants also run against that area's
+# folder (the dispatch record sink and the formats' ``quantized`` flag serve the decoupled model)
+ALSO_TESTED_BY: dict[str, tuple[str, ...]] = {
+    "kernels/dispatch": ("decoupled",),
+    "kernels/policy": ("decoupled",),
+}
+
+
+def test_folders(site: Site) -> list[str]:
+    """The conformance folders a mutant of ``site`` runs against: its area's, then any that read
+    the shared code it sits in."""
+    extra = ALSO_TESTED_BY.get(site.path.removesuffix(".py"), ())
+    return [f"conformance/{a}" for a in (site.area, *extra)]
+
+
 def area_of(rel: str) -> str | None:
     stem = rel.removesuffix(".py")
     while stem:

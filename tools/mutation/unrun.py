@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tools.mutation.run import read_triage
-from tools.mutation.sites import ROOT, Site, all_sites
+from tools.mutation.sites import ROOT, Site, all_sites, test_folders
 
 
 def executed_lines(area: str, workdir: Path) -> tuple[dict[str, set[int]], str]:
@@ -61,8 +61,7 @@ def executed_lines(area: str, workdir: Path) -> tuple[dict[str, set[int]], str]:
 
 
 def statement_start(path: str, line: int, parsers: dict[str, object]) -> int:
-    """Coverage records a multi-line statement under its first line; a site inside one (an
-    entry of a table literal, a continued condition) is run when that line is."""
+    """The first line of the statement holding ``line`` (itself outside multi-line ones)."""
     from coverage.python import PythonParser
 
     parser = parsers.get(path)
@@ -75,36 +74,52 @@ def statement_start(path: str, line: int, parsers: dict[str, object]) -> int:
 
 
 def unrun_sites(sites: Sequence[Site], lines: dict[str, set[int]]) -> list[Site]:
+    """The sites whose statement never ran. Both sides go through the statement's first line:
+    a site inside a multi-line statement, and a tracer that records a wrapped ``if (`` under
+    the line of its condition (Python 3.11), both meet there."""
     parsers: dict[str, object] = {}
-    return [
-        s for s in sites if statement_start(s.path, s.line, parsers) not in lines.get(s.path, ())
-    ]
+    ran = {
+        path: {statement_start(path, n, parsers) for n in lines.get(path, ())}
+        for path in {s.path for s in sites}
+    }
+    return [s for s in sites if statement_start(s.path, s.line, parsers) not in ran[s.path]]
 
 
 def unrun(areas: Sequence[str] | None, jobs: int, out: Path) -> int:
+    sites = all_sites()
     by_area: dict[str, list[Site]] = defaultdict(list)
-    for s in all_sites():
+    for s in sites:
         by_area[s.area].append(s)
     chosen = sorted(a for a in by_area if not areas or a in areas)
+    folders = {s.path: [f.removeprefix("conformance/") for f in test_folders(s)] for s in sites}
+    needed = sorted({f for a in chosen for s in by_area[a] for f in folders[s.path]})
     triage = read_triage()
     rows: dict[str, dict[str, object]] = {}
     new: list[Site] = []
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, jobs)) as pool:
-        runs = {a: pool.submit(executed_lines, a, Path(tmp)) for a in chosen}
+        runs = {a: pool.submit(executed_lines, a, Path(tmp)) for a in needed}
         for area in chosen:
-            lines, last = runs[area].result()
+            last = runs[area].result()[1]
+            # a shared file counts as run where any folder its mutants run against ran it
+            lines = {
+                path: set().union(*(runs[f].result()[0].get(path, set()) for f in folders[path]))
+                for path in {s.path for s in by_area[area]}
+            }
             missed = unrun_sites(by_area[area], lines)
             fresh = [s for s in missed if s.id not in triage]
             new += fresh
+            gaps = sum(triage.get(s.id, ("", ""))[0] == "gap" for s in missed)
             rows[area] = {
                 "sites": len(by_area[area]),
                 "unrun": len(missed),
                 "triaged": len(missed) - len(fresh),
+                "gaps": gaps,
                 "new": [s.id for s in fresh],
+                "unrun_sites": [s.id for s in missed],
             }
             print(
                 f"{area:10s} {len(by_area[area]):5d} sites  {len(missed):3d} unrun "
-                f"({len(missed) - len(fresh)} triaged)   [{last}]",
+                f"({len(missed) - len(fresh)} triaged, {gaps} of them gaps)   [{last}]",
                 flush=True,
             )
     out.mkdir(parents=True, exist_ok=True)
