@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 
 from conformance.assertions import raises_code
+from conformance.fixtures.cache import finish_gguf
 from conformance.fixtures.vocabularies import (
     PLAMO2_SPECIALS,
-    finish_gguf,
     plamo2_vocab,
     plamo2_vocab_path,
     write_plamo2_gguf,

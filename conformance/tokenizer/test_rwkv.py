@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 
 from conformance.assertions import raises_code
-from conformance.fixtures.vocabularies import finish_gguf, rwkv_vocab, rwkv_vocab_path
+from conformance.fixtures.cache import finish_gguf
+from conformance.fixtures.vocabularies import rwkv_vocab, rwkv_vocab_path
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
 

@@ -10,7 +10,7 @@ from typing import Any
 import gguf
 import pytest
 
-from conformance.fixtures.vocabularies import finish_gguf
+from conformance.fixtures.cache import finish_gguf
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import raises_code
+from conformance.fixtures.cache import finish_gguf
 from conformance.fixtures.gguf_models import USER_DEFINED_TOKEN, fixture_vocab
-from conformance.fixtures.vocabularies import finish_gguf
 from conformance.tokenizer import oracle
 
 pytestmark = pytest.mark.requires("model.load", "tokenizer.tokenize")

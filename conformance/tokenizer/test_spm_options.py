@@ -10,7 +10,8 @@ import gguf
 import pytest
 
 from conformance.assertions import raises_code
-from conformance.fixtures.vocabularies import SPM_OPTIONS, finish_gguf, spm_options_path
+from conformance.fixtures.cache import finish_gguf
+from conformance.fixtures.vocabularies import SPM_OPTIONS, spm_options_path
 from conformance.gate import cached
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")

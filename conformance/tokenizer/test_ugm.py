@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 
 from conformance.assertions import raises_code
+from conformance.fixtures.cache import finish_gguf
 from conformance.fixtures.vocabularies import (
     NORMAL,
     UGM_USER_DEFINED,
     UGM_VARIANTS,
-    finish_gguf,
     ugm_model,
     ugm_model_proto,
     ugm_vocab_path,

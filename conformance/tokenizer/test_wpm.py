@@ -11,12 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.fixtures.vocabularies import (
-    finish_gguf,
-    wpm_vocab,
-    wpm_vocab_path,
-    write_wpm_gguf,
-)
+from conformance.fixtures.cache import finish_gguf
+from conformance.fixtures.vocabularies import wpm_vocab, wpm_vocab_path, write_wpm_gguf
 from conformance.gate import cached
 from conformance.tokenizer import hf_oracle
 
