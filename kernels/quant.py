@@ -222,7 +222,7 @@ def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch
 
 
 @implements("QNT-019")
-def bytes_per_token(kind: str, dim: int, qblock: int = 32) -> int:
+def bytes_per_token(kind: str, dim: int, qblock: int) -> int:
     """Storage of one token's vector: fp16 2·dim, fp32 4·dim, q8_0 pad+2·nb, 4-bit pad/2+2·nb."""
     if kind == "fp16":
         return 2 * dim

@@ -128,6 +128,22 @@ def test_last_block_fit_beats_growth_and_ties_go_low(target: Any) -> None:
     assert tie.alloc(16) == (0, 0), "equal slack (48 in both chunks): the lower chunk"
 
 
+@pytest.mark.invariant("ALLOC-007")
+def test_last_block_reuse_is_a_signed_64_bit_value(target: Any) -> None:
+    """A chunk of 2^63 + 64 bytes, freed: its one (last) block holds the whole high-water mark,
+    so the slack of a request is 2^63 + 64 - size, taken as an int64. A slack of exactly 2^63
+    is INT64_MIN, the search's starting value, which no chunk beats: a new chunk opens."""
+    big = 2**63 + 64
+    ca = target.allocator_chunks(8, SIZE_MAX)
+    assert ca.alloc(big) == (0, 0)
+    ca.free((0, 0), big)
+    assert ca.free_blocks(0) == [(0, big)] and ca.chunk_max_sizes() == [big]
+    assert ca.alloc(64) == (1, 0), "reuse 2^63 wraps to INT64_MIN and never wins"
+    assert ca.free_blocks(0) == [(0, big)], "chunk 0 was left alone"
+    # chunk 0's slack 2^63 + 8 wraps to INT64_MIN + 8: more growth than chunk 1's 56 bytes
+    assert ca.alloc(56) == (1, 64), "an unwrapped slack would be non-negative and win"
+
+
 @pytest.mark.invariant("ALLOC-010")
 @pytest.mark.parametrize(
     ("frees", "blocks"),

@@ -571,6 +571,35 @@ def test_inputs_never_modified(target: Any, case: BatchCase) -> None:
                 assert not np.shares_memory(np.asarray(src), np.asarray(out)), k
 
 
+@pytest.mark.invariant("SAN-022")
+@pytest.mark.parametrize(
+    "batch",
+    [
+        Batch.get_one([1, 2, 3]),  # every field but token generated
+        Batch.from_lists(
+            embd=[[0.5, 1.0], [2.0, 3.0]], pos=[0, 1], seq_ids=[[0, 2], [1]], logits=[0, 1]
+        ),
+    ],
+    ids=["generated", "explicit-embd"],
+)
+def test_result_arrays_are_read_only(target: Any, batch: Batch) -> None:
+    """Decision D11: the result is owned and read-only, so a caller cannot change what later
+    steps (the splitter, the outputs) read from it."""
+    sb = _ok(target, batch)
+    arrays = {
+        k: getattr(sb.batch, k) for k in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits")
+    }
+    arrays.update(seq_id_unq=sb.seq_id_unq, seq_idx=sb.seq_idx)
+    for k, a in arrays.items():
+        if a is None:
+            continue
+        a = np.asarray(a)
+        before = a.copy()
+        with pytest.raises(ValueError, match="read-only"):
+            a.flat[0] = a.flat[0] + 1
+        assert np.array_equal(a, before), f"{k} changed"
+
+
 @pytest.mark.invariant("SAN-023")
 @given(valid_cases())
 def test_deterministic_and_idempotent(target: Any, case: BatchCase) -> None:

@@ -272,6 +272,10 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     plain = target.new_memory("recurrent", n_seq_max=1)
     decode(target, plain, [[0]] * 3, 1, 8)
     assert plain.seq_rm(0, 2, -1) is False and plain.seq_pos_max(0) == 2
+    one = target.new_memory("recurrent", n_seq_max=1, n_rs_seq=1)
+    decode(target, one, [[0]] * 3, 1, 8)
+    assert one.seq_rm(0, 2, -1) is True  # a rollback of exactly one position
+    assert one.seq_pos_max(0) == 1
 
 
 # -------------------------------------------------------------------------------- hybrid, iSWA

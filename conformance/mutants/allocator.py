@@ -59,6 +59,13 @@ def _last_block_first_fit(target: Any) -> Any:
     return target
 
 
+def _reuse_unwrapped(target: Any) -> Any:
+    # the defect: the reuse factor is an unbounded integer, so a slack of 2^63 or more stays
+    # non-negative instead of wrapping
+    replace("reference_impl.allocator.chunks", "_as_int64", lambda value: value)
+    return target
+
+
 def _no_sixteenth_chunk(target: Any) -> Any:
     def _new_chunk(self: chunks.ChunkAllocator, min_size: int) -> int:
         # the defect: the 16th chunk is an ordinary one, so a 17th gets opened
@@ -411,6 +418,13 @@ MUTANTS = [
         "among last blocks the first chunk that fits wins, ignoring the reuse factor",
         ("ALLOC-007",),
         _last_block_first_fit,
+    ),
+    Mutant(
+        "alloc-reuse-unwrapped",
+        "allocator",
+        "the last-block reuse factor does not wrap to int64",
+        ("ALLOC-007",),
+        _reuse_unwrapped,
     ),
     Mutant(
         "alloc-seventeen-chunks",

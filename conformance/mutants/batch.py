@@ -87,6 +87,12 @@ def _diverged_accepted(t: Any) -> Any:
     return t
 
 
+def _result_writable(t: Any) -> Any:
+    # the defect: the sanitizer leaves its result's arrays writable
+    replace("reference_impl.batch.sanitize", "_readonly", lambda *arrays: None)
+    return t
+
+
 def _mutates_input(t: Any) -> Any:
     original = t.batch_sanitize
 
@@ -634,6 +640,13 @@ MUTANTS = [
         "the sanitizer writes into the caller's token array",
         kills=("SAN-022",),
         apply=_mutates_input,
+    ),
+    Mutant(
+        "san-result-writable",
+        "batch",
+        "the sanitized batch's arrays are writable",
+        kills=("SAN-022",),
+        apply=_result_writable,
     ),
     Mutant(
         "spl-out-ids-batch-order",

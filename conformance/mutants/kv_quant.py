@@ -98,7 +98,7 @@ def _cost_omits_scales(target: Any) -> Any:
 
     original = quant.bytes_per_token
 
-    def bytes_per_token(kind: str, dim: int, qblock: int = 32) -> int:
+    def bytes_per_token(kind: str, dim: int, qblock: int) -> int:
         if kind in quant.FLOAT_KINDS:
             return original(kind, dim, qblock)
         nb = quant.padded_dim(dim, qblock) // qblock

@@ -61,28 +61,24 @@ def _check(tensors: Sequence[Tensor], buft: BufferType, no_alloc: bool) -> None:
 
 @implements("ALLOC-032")
 def alloc_ctx_tensors(
-    tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool = True
+    tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool
 ) -> CtxAllocation | None:
     """Place every tensor without memory; None when none needs any."""
     _check(tensors, buft, no_alloc)
     ranges = _ranges(tensors, buft)
     if not ranges:
         return None
-    placements: dict[str, tuple[int, int] | None] = {}
+    # tensors with data keep None, and so do views and tensors with data after the last buffer
+    # closed (they belong to no range): ggml leaves them uninitialized
+    placements: dict[str, tuple[int, int] | None] = dict.fromkeys((t.name for t in tensors), None)
     for b, (first, end, size) in enumerate(ranges):
         talloc = LinearAllocator(size, buft.alignment)
         for t in tensors[first:end]:
             if t.is_view:
                 assert t.view_src is not None
-                placements[t.name] = _view(placements.get(t.view_src), t.view_offs)
-            elif t.has_data:
-                placements[t.name] = None
-            else:
+                placements[t.name] = _view(placements[t.view_src], t.view_offs)
+            elif not t.has_data:
                 placements[t.name] = (b, talloc.alloc(t.name, t.size))
-    # views and tensors with data after the last buffer closed belong to no range: ggml leaves
-    # them uninitialized
-    for t in tensors:
-        placements.setdefault(t.name, None)
     return CtxAllocation(tuple(size for _, _, size in ranges), placements)
 
 

@@ -36,7 +36,7 @@ class BatchPlan:
     code: int  # decode's return code so far: 0 (go on), 1 (no slot) or -2
     status: MemoryStatus  # status of the last init_batch
     context: MemoryContext | None  # the batch context when code == 0
-    retried: bool = False  # init_batch ran a second time after an optimizing update
+    retried: bool  # init_batch ran a second time after an optimizing update
     updates: list[tuple[bool, bool]] = field(default_factory=list)  # (optimize, applied)
 
 
