@@ -69,6 +69,25 @@ def _check_inputs(
             )
 
 
+@implements("KRN-026")
+def _check_devices(
+    q_sem: torch.Tensor, q_geo: torch.Tensor, cache: DecoupledKVCache, null: NullKV | None
+) -> None:
+    """Every path reads the inputs together with the cache's buffers, so an input on another
+    device is refused (a fallback could not read it either)."""
+    ct = cache.k_sem
+    buf = ct.codes if ct.codes is not None else ct.buf
+    assert buf is not None
+    named = {"q_sem": q_sem, "q_geo": q_geo}
+    if null is not None:
+        named |= {"k_sem_null": null.k_sem, "k_geo_null": null.k_geo, "v_null": null.v}
+    for name, x in named.items():
+        if x.device != buf.device:
+            raise KernelError(
+                "KRN_BAD_DEVICE", f"{name} is on {x.device}, the cache on {buf.device}", field=name
+            )
+
+
 @implements("KRN-021")
 def ineligibility(
     q_sem: torch.Tensor,
@@ -392,6 +411,7 @@ def decoupled_decode(
     ps = partition_size if partition_size is not None else cfg.partition_size
     dispatch.check_tiling(bn, ps)
     _check_inputs(q_sem, q_geo, cache, null)
+    _check_devices(q_sem, q_geo, cache, null)
     dims = cache.dims
     ss = sem_scale if sem_scale is not None else 1.0 / math.sqrt(dims.sem_head_dim)
     gs = geo_scale if geo_scale is not None else 1.0 / math.sqrt(dims.geo_head_dim)

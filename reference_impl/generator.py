@@ -187,6 +187,7 @@ class Generator:
     @implements(
         "GEN-002",
         "GEN-005",
+        "GEN-006",
         "GEN-008",
         "GEN-010",
         "GEN-011",

@@ -95,6 +95,7 @@ def test_worst_case_reservations(new_ctx: Callable[..., Any]) -> None:
     }
     tg = {"kind": "tg", "n_tokens": 3, "n_seq_tokens": 1, "n_seqs": 3, "n_outputs": 3, "n_kv": 512}
     assert ctx.scheduler.reservations == [pp, tg, pp]
+    assert ctx.scheduler.n_reservations == 3  # the count agrees with the recorded shapes
     assert ctx.scheduler.plan is None  # reservations drop stored plans
     for _ in range(2):
         assert ctx.decode(batch(prompt(2))) == 0
@@ -102,6 +103,7 @@ def test_worst_case_reservations(new_ctx: Callable[..., Any]) -> None:
     ctx.seq_add(0, 0, -1, 1)
     assert ctx.decode(batch(prompt(1))) == 0
     assert ctx.scheduler.reservations[3:] == [pp]  # after an applied memory update
+    assert ctx.scheduler.n_reservations == 4
 
 
 @pytest.mark.invariant("DEC-049")

@@ -326,3 +326,38 @@ def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_pat
         assert ctx.decode(b) == 0 and ref.decode(b) == 0
         assert _paths(ctx) == ["torch"]
         assert np.array_equal(ctx.get_logits(), ref.get_logits())
+
+
+@pytest.mark.invariant("DEC-063")
+def test_a_library_cached_from_another_source_is_not_used(
+    fresh_native: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The build cache is keyed by the source's content: after the C source changes, a library
+    built from the old one (here a stale stub of another ABI) is not loaded; the new source is
+    compiled and runs."""
+    import subprocess
+
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+    from reference_impl.native import build
+
+    cc = build._compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    stub = tmp_path / "stub.c"
+    stub.write_text(f"int dc_abi_version(void) {{ return {build.ABI_VERSION + 6}; }}\n")
+    old = build.cache_dir() / build._key(cc, ()) / "libdc_decode_step.so"
+    old.parent.mkdir(parents=True)
+    subprocess.run([cc, "-shared", "-fPIC", str(stub), "-o", str(old)], check=True)
+    edited = tmp_path / "decode_step.c"  # same flags, compiler and machine; another source
+    edited.write_text(build.SOURCE.read_text() + "\n/* edited */\n")
+    monkeypatch.setattr(build, "SOURCE", edited)
+    model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
+    ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
+    assert ctx.native_reason == "native", ctx.native_reason
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert_nmse(ref.get_logits(), ctx.get_logits(), 1e-9, f"logits after {toks}")
+    assert _paths(ctx) == ["native"]

@@ -109,3 +109,19 @@ def test_one_decode_step_is_the_same_fused_1pass_2pass_and_streaming(
         results[path] = out
     for path in ("1pass", "2pass"):
         _tolerance.assert_within(results[path], M.f64(results["streaming"]), f"{path} vs streaming")
+
+
+@pytest.mark.invariant("DBA-026")
+def test_a_session_dispatches_by_its_own_threshold_and_partition_size(target: Any) -> None:
+    model = target.decoupled_model(M.TINY, seed=27)
+    toks = M.tokens(1, 35, seed=28)
+    # neither value is the default (4096 keys, 256-token partitions): a session that dropped
+    # them would run 1-pass on both steps
+    session = model.start(F0, max_len=35, batch=1, partition_size=32, two_pass_min_tokens=35)
+    session.prefill([toks[0][:33]])
+    ran = []
+    for t in toks[0][33:]:  # the steps read 34, then 35 keys
+        _, records = session.step([t], path="auto")
+        ran.append([(r.path, r.detail.get("partitions")) for r in records])
+    want = [[("triton-1pass", 0)] * 2, [("triton-2pass", 2)] * 2]  # ceil(35 / 32) partitions
+    assert ran == want, ran

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -155,6 +157,21 @@ def test_stop_token_finishes_without_being_returned(make_gen: Callable[..., Gene
     assert fed.count(stop_at) == prompt(5).count(stop_at) + free.tokens[0][:k].count(stop_at)
 
 
+@pytest.mark.invariant("GEN-006")
+def test_the_models_eos_stops_unless_use_eos_is_false(make_gen: Callable[..., Generator]) -> None:
+    """A generator whose end-of-generation token is one the free run selects: it stops there
+    with reason "stop" by default, and runs to its limit with ``use_eos=False``."""
+    gen = make_gen(n_seq_max=1)
+    free = run(gen, prompts=[prompt(5)], max_tokens=6, use_eos=False)
+    eos = free.tokens[0][2]
+    k = free.tokens[0].index(eos)
+    with_eos = Generator(gen.ctx, n_vocab=N_VOCAB, eos=eos)
+    res = run(with_eos, prompts=[prompt(5)], max_tokens=6)
+    assert res.tokens[0] == free.tokens[0][:k] and res.reasons[0] == "stop"
+    off = run(with_eos, prompts=[prompt(5)], max_tokens=6, use_eos=False)
+    assert off.tokens[0] == free.tokens[0] and off.reasons[0] == "length"
+
+
 @pytest.mark.invariant("GEN-007", "GEN-008", "GEN-011")
 def test_per_sequence_limits(make_gen: Callable[..., Generator]) -> None:
     gen = make_gen(n_seq_max=3)
@@ -238,6 +255,14 @@ def test_trace_schema_order_and_json_round_trip(make_gen: Callable[..., Generato
     assert seq == sorted(seq) and len(set(seq)) == len(seq)
     back = GenerationResult.trace_from_json(res.trace_json())
     assert back == res.trace
+    # canonical text: keys sorted at every level, so equal traces serialize identically
+    # whatever order their dicts were filled in
+    text = res.trace_json()
+    assert list(json.loads(text)[0]) == sorted(json.loads(text)[0])
+    shuffled = [replace(st, kv_before=dict(reversed(st.kv_before.items()))) for st in res.trace]
+    assert shuffled == res.trace and any(len(st.kv_before) > 1 for st in shuffled)
+    again = GenerationResult(res.tokens, res.reasons, shuffled, res.prompt_tokens)
+    assert again.trace_json() == text
     no_str = run(gen, prompts=[prompt(3)], max_tokens=2)
     assert no_str.trace[0].phase == "prefill"
 

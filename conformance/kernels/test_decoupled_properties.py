@@ -182,6 +182,13 @@ def _bad_inputs(inp: _cases.DecoupledInputs) -> list[tuple[str, str, dict[str, A
         ("KRN_BAD_SHAPE", "k_sem_null", {"null": NullKV(z(2, 8), null.k_geo, null.v)}),
         ("KRN_BAD_SHAPE", "k_geo_null", {"null": NullKV(null.k_sem, z(3, 2, 32), null.v)}),
         ("KRN_BAD_SHAPE", "v_null", {"null": NullKV(null.k_sem, null.k_geo, z(2, 2, 2, 64))}),
+        # "meta" is a device no cache lives on: the streaming fallback could not read it either
+        ("KRN_BAD_DEVICE", "q_geo", {"q_geo": q_geo.to("meta")}),
+        (
+            "KRN_BAD_DEVICE",
+            "k_sem_null",
+            {"null": NullKV(null.k_sem.to("meta"), null.k_geo, null.v)},
+        ),
     ]
 
 

@@ -123,6 +123,16 @@ def test_gqa_auto_threshold(target: Any, n_kv: int, path: str) -> None:
     _tolerance.assert_within(out, inp.expected, path)
 
 
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-022")
+def test_gqa_auto_threshold_zero_always_runs_two_pass(target: Any) -> None:
+    # 0 is a valid threshold (every call reads at least 0 keys), not a refused configuration
+    inp = _cases.build_gqa(_cases.GqaCase(n_kv=3, kv_size=8))
+    out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, "auto", 32, 0)
+    assert record.path == "triton-2pass", record.reason
+    _tolerance.assert_within(out, inp.expected, "threshold 0")
+
+
 @pytest.mark.requires(*DECOUPLED, "kernels.gqa_decode")
 @pytest.mark.invariant("KRN-023")
 def test_reference_paths_run_when_requested(target: Any) -> None:
@@ -221,6 +231,16 @@ def test_gqa_ineligible_calls_fall_back_with_a_reason(
     assert record.path == "torch", f"{record.path}: {record.reason}"
     assert rule in record.reason, record.reason
     _tolerance.assert_within(out.float(), inp.expected, f"fallback {rule}")
+
+
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-025")
+def test_gqa_head_dim_at_the_limit_runs_the_kernel(target: Any) -> None:
+    # the limit is inclusive: only a head dim *above* 256 falls back
+    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=1, n_head=2, n_head_kv=1, head_dim=256, n_kv=5))
+    out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, "1pass", 32)
+    assert (record.path, record.reason) == ("triton-1pass", "requested"), record.reason
+    _tolerance.assert_within(out, inp.expected, "head dim 256")
 
 
 @pytest.mark.requires("kernels.gqa_decode")

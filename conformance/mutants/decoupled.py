@@ -375,6 +375,15 @@ def _short_input_is_a_failed_run(orig: Any) -> Any:
     return _run
 
 
+def _session_config_dropped(orig: Any) -> Any:
+    def __init__(
+        self: Any, model: Any, policy: Any, max_len: int, batch: int = 1, config: Any = None
+    ) -> None:
+        orig(self, model, policy, max_len, batch, None)  # the defaults, whatever start() was given
+
+    return __init__
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -557,5 +566,12 @@ MUTANTS = [
         "an empty --prompt or a one-token --tokens exits 1 as a failed run, not 2 as a usage error",
         ("DBA-025",),
         _patch(RUNNER, "_run", _short_input_is_a_failed_run),
+    ),
+    Mutant(
+        "dba-session-config-dropped",
+        "decoupled",
+        "a session ignores the threshold and partition size it was started with",
+        ("DBA-026",),
+        _patch_method("DecodeSession", "__init__", _session_config_dropped),
     ),
 ]

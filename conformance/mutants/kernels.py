@@ -152,6 +152,14 @@ def _decoupled_inputs_unchecked(target: Any) -> Any:
     return target
 
 
+def _decoupled_devices_unchecked(target: Any) -> Any:
+    def check_devices(*args: Any) -> None:
+        return None  # the defect: an input on another device reaches the paths
+
+    replace("kernels.decoupled", "_check_devices", check_devices)
+    return target
+
+
 def _gqa_two_pass_extra_launch(target: Any) -> Any:
     from kernels import dispatch
 
@@ -333,6 +341,13 @@ MUTANTS = [
         "decoupled decode takes mis-shaped or float64 queries and null tensors without an error",
         ("KRN-026",),
         _decoupled_inputs_unchecked,
+    ),
+    Mutant(
+        "krn-decoupled-devices-unchecked",
+        "kernels",
+        "a decoupled query or null tensor off the cache's device is not refused with KRN_BAD_DEVICE",
+        ("KRN-026",),
+        _decoupled_devices_unchecked,
     ),
     Mutant(
         "krn-gqa-two-pass-extra-launch",

@@ -173,7 +173,7 @@ class UBatchExecutor:
             ).numpy()
         return hidden
 
-    @implements("PHASE-004", "DEC-069")
+    @implements("PHASE-004", "DEC-065", "DEC-069")
     def _forward_torch(
         self, ub: UBatch, plan: ComputePlan, reads: list[AttentionRead], rows: np.ndarray
     ) -> torch.Tensor:

@@ -401,6 +401,7 @@ class DecoupledLM(nn.Module):
 class DecodeSession:
     """Decode state of ``batch`` sequences (one shared length): one cache per layer."""
 
+    @implements("DBA-026")
     def __init__(
         self,
         model: DecoupledLM,

@@ -46,6 +46,7 @@ def _compiler() -> str | None:
     return shutil.which(cc)
 
 
+@implements("DEC-063")
 def _key(cc: str, defines: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     h.update(SOURCE.read_bytes())
