@@ -249,3 +249,16 @@ def test_logit_bias_adds_to_the_named_tokens(
     assert np.array_equal(out.logits, expected), describe(out)
     assert np.array_equal(out.ids, ids) and np.array_equal(out.p, cur.p)
     assert out.sorted == sorted_flag
+
+
+@pytest.mark.invariant("SMP-042")
+@pytest.mark.requires("sampling.chain", "sampling.temp_ext")
+def test_temp_ext_with_an_infinite_logit_takes_the_lowest_temperature(target: Any) -> None:
+    """A +inf logit makes the softmax NaN everywhere; NaN rows are skipped like p = 0 rows,
+    so H = 0 and the temperature is ``max(0, t - delta)`` (0.5 here: logits double)."""
+    logits = np.array([1.0, np.inf, 2.0, -0.5], F32)
+    cur = TokenDataArray(np.array([7, 4, 9, 1], np.int32), logits, np.zeros(4, F32))
+    out = apply_once(target, [["temp_ext", {"t": 1.25, "delta": 0.75, "exponent": 1.0}]], cur)
+    assert out.sorted is True and out.ids.tolist() == [4, 9, 7, 1], describe(out)
+    assert np.array_equal(out.logits, np.array([np.inf, 4.0, 2.0, -1.0], F32)), describe(out)
+    assert np.all(np.isnan(out.p)), describe(out)

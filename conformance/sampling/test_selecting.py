@@ -80,6 +80,24 @@ def test_dist_samples_in_the_current_order(target: Any) -> None:
     assert a.selected == b.selected and a.ids[a.selected] == 999 - b.ids[b.selected]
 
 
+@pytest.mark.invariant("SMP-021")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.parametrize("sorted_flag", [False, True])
+def test_dist_with_an_infinite_logit_selects_the_last_row(target: Any, sorted_flag: bool) -> None:
+    # +inf - max(= +inf) is NaN: every running sum is NaN, none reaches S * u, and the
+    # fallback takes the last row whatever the draw
+    logits = np.array([3.0, np.inf, 1.0, -2.0, 0.5], F32)
+    if sorted_flag:
+        logits = np.array([np.inf, 3.0, 1.0, 0.5, -2.0], F32)
+    ids = np.arange(5, dtype=np.int32)[::-1].copy()
+    cur = TokenDataArray(ids, logits, np.zeros(5, F32), -1, sorted_flag)
+    for seed in (0, 1, 2024):
+        out = apply_once(target, [["dist", {"seed": seed}]], cur)
+        assert out.selected == 4, describe(out)
+        assert np.array_equal(out.ids, cur.ids) and np.array_equal(out.logits, cur.logits)
+        assert np.all(np.isnan(out.p)), describe(out)
+
+
 @pytest.mark.invariant("SMP-022")
 @pytest.mark.requires("sampling.chain", "sampling.dist")
 @given(seed=seeds())

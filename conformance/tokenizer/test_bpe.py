@@ -216,6 +216,34 @@ def test_newline_run_ends_at_its_last_newline(target: Any, tmp_path: Path, pre: 
         assert probe not in ids, (pre, text)
 
 
+# Tokens joining a control character to the letter after it, built by merges appended last:
+# "\x0bx" (vertical tab, a valid lead of ``[^\r\n\p{L}\p{N}]?\p{L}+``), "\nx" and "\rx" (no lead).
+LEAD_PROBES = ("\u010b", "\u010a", "\u010d")  # 'ċ', 'Ċ', 'č': bytes 0x0B, 0x0A, 0x0D
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("pre", ["llama-bpe", "qwen2", "qwen35"])
+def test_letter_run_lead_excludes_only_cr_and_lf(target: Any, tmp_path: Path, pre: str) -> None:
+    """In the Llama-3 family a letter run may take one leading character that is not CR, LF,
+    a letter or a number: a vertical tab joins the letters after it, a newline never does."""
+    path = tmp_path / "lead.gguf"
+    write_bpe_gguf(
+        path,
+        pre,
+        tokens=(*TOKENS, *(c + "x" for c in LEAD_PROBES)),
+        types=(*TYPES, *(NORMAL for _ in LEAD_PROBES)),
+        merges=(*MERGES, *(f"{c} x" for c in LEAD_PROBES)),
+    )
+    vocab = target.load_vocab(str(path))
+    vt, lf, cr = range(len(TOKENS), len(TOKENS) + len(LEAD_PROBES))
+    assert [target.token_to_piece(vocab, i, True) for i in (vt, lf, cr)] == [b"\vx", b"\nx", b"\rx"]
+    assert target.tokenize(vocab, "a\x0bx", False, False)[-1] == vt
+    for text in ("\nx", "a\nx", "\rx", "a \r\nx"):
+        ids = target.tokenize(vocab, text, False, False)
+        assert lf not in ids and cr not in ids, (pre, text, ids)
+        assert _pieces(target, vocab, ids)[-1] == b"x", (pre, text, ids)
+
+
 @pytest.mark.invariant("TOK-050")
 def test_ignore_merges(target: Any, bpe_vocab: Any, bpe_pre: str) -> None:
     """Llama-3 pre types (and the others with ignore_merges) emit a word that is a token whole,

@@ -168,6 +168,40 @@ def test_charsmap_shifted_base(target: Any, tmp_path: Path) -> None:
         assert ids == target.tokenize(vocab, normalized, False, False), text
 
 
+def _chain_charsmap(key: bytes, value: bytes) -> bytes:
+    """A hand-built charsmap holding one key -> value: a chain of inner nodes (plain BASE
+    256 * depth), only the last of them a leaf."""
+    units = [0] * 4096
+    at = 0
+    for depth, byte in enumerate(key, start=1):
+        base = 256 * depth
+        units[at] |= base << 10
+        at ^= base ^ byte
+        assert units[at] == 0
+        units[at] = byte
+    units[at] |= 1 << 8 | 1 << 10  # leaf; its VALUE (offset 0 of the strings) sits at at ^ 1
+    assert units[at ^ 1] == 0
+    trie = struct.pack(f"<{len(units)}I", *units)
+    return struct.pack("<I", len(trie)) + trie + value + b"\0"
+
+
+@pytest.mark.invariant("TOK-052", "TOK-079")
+def test_charsmap_key_longer_than_three_bytes(target: Any, tmp_path: Path) -> None:
+    """The longest match walks the trie as far as the text goes: a 5-byte key whose first
+    bytes are no key themselves is still found, and its prefixes are left alone."""
+    path = tmp_path / "long.gguf"
+    write_ugm_gguf(path, charsmap=_chain_charsmap(b"wxyzv", b"hello"))
+    vocab = target.load_vocab(str(path))
+    for text, normalized in {
+        "wxyzv": "hello",
+        "awxyzvb wxyzvwxyzv": "ahellob hellohello",
+        "wxyz wxy": "wxyz wxy",
+    }.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert _text(target, vocab, ids) == b" " + normalized.encode(), text
+        assert ids == target.tokenize(vocab, normalized, False, False), text
+
+
 def _write_ugm(
     path: Path,
     extra: tuple[tuple[str, float], ...] = (),
