@@ -25,6 +25,18 @@ def _paths(ctx: Any) -> list[str]:
     return [e.data["path"] for e in ctx.trace.of_call(ctx.trace.calls - 1) if e.kind == "compute"]
 
 
+def _assert_falls_back_to_torch(ctx: Any, model: Any) -> None:
+    """A prompt and one step on ``ctx`` run on torch, bit-identical to a "torch" context."""
+    from reference_impl.decoder import Context
+
+    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
+    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
+        b = batch(toks, pos=pos, all_out=True)
+        assert ctx.decode(b) == 0 and ref.decode(b) == 0
+        assert _paths(ctx) == ["torch"]
+        assert np.array_equal(ctx.get_logits(), ref.get_logits())
+
+
 def _script(n_seqs: int) -> list[tuple[list[int], list[list[int]], list[int]]]:
     """A prefill per sequence, then single-token steps that alternate between the sequences
     (so a step's mask hides the other sequences' cells in a unified cache)."""
@@ -291,12 +303,7 @@ def test_a_failing_compiler_falls_back_and_leaves_no_file(
     ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
     assert "fake-cc: refusing to compile" in ctx.native_reason, ctx.native_reason
     assert [p for p in build.cache_dir().rglob("*") if p.is_file()] == []
-    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
-    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
-        b = batch(toks, pos=pos, all_out=True)
-        assert ctx.decode(b) == 0 and ref.decode(b) == 0
-        assert _paths(ctx) == ["torch"]
-        assert np.array_equal(ctx.get_logits(), ref.get_logits())
+    _assert_falls_back_to_torch(ctx, model)
 
 
 @pytest.mark.invariant("DEC-063")
@@ -320,12 +327,7 @@ def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_pat
     model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
     ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
     assert f"ABI {build.ABI_VERSION + 6} != {build.ABI_VERSION}" in ctx.native_reason
-    ref = Context(model, n_ctx=256, n_batch=32, decode_path="torch")
-    for toks, pos in ((prompt(4), list(range(4))), ([7], [4])):
-        b = batch(toks, pos=pos, all_out=True)
-        assert ctx.decode(b) == 0 and ref.decode(b) == 0
-        assert _paths(ctx) == ["torch"]
-        assert np.array_equal(ctx.get_logits(), ref.get_logits())
+    _assert_falls_back_to_torch(ctx, model)
 
 
 @pytest.mark.invariant("DEC-063")
