@@ -22,6 +22,7 @@ from conformance.fixtures.vocabularies import (
 )
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
+from conformance.tokenizer.space_prefix import assert_keeps_leading_space, assert_strips_first_space
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
 
@@ -158,12 +159,7 @@ def test_detokenize_keeps_leading_space(target: Any, tmp_path: Path) -> None:
     """Without an ``add_space_prefix`` key PLaMo-2 has no space prefix (the family default is
     off), so detokenize removes no leading space, from a token or from a BYTE piece."""
     vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-space.gguf", ((" x", -1.0),)))
-    for text in (" x", " ", "  x x"):
-        ids = target.tokenize(vocab, text, False, False)
-        for remove_special in (False, True):
-            for unparse_special in (False, True):
-                got = target.detokenize(vocab, ids, remove_special, unparse_special)
-                assert got == text.encode(), (text, remove_special, unparse_special)
+    assert_keeps_leading_space(target, vocab, (" x", " ", "  x x"))
     assert target.tokenize(vocab, " x", False, False) == [260]
 
 
@@ -179,14 +175,7 @@ def test_space_prefix_key_strips_the_first_piece(target: Any, tmp_path: Path) ->
     )
     assert target.tokenize(vocab, "  ", False, False) == [261]
     assert target.tokenize(vocab, " ", False, False) == _bytes_of(" ")
-    for text in (" x", "  ", " ", "  x x", "x ", " \u00e9"):
-        ids = target.tokenize(vocab, text, False, False)
-        assert ids == target.tokenize(plain, text, False, False), text
-        want = text.encode()[1:] if text.startswith(" ") else text.encode()
-        for remove_special in (False, True):
-            for unparse_special in (False, True):
-                got = target.detokenize(vocab, ids, remove_special, unparse_special)
-                assert got == want, (text, remove_special, unparse_special)
+    assert_strips_first_space(target, vocab, plain, (" x", "  ", " ", "  x x", "x ", " \u00e9"))
 
 
 # Three-character tokens against three unknown code points (3 * 10^7): each is cheaper, but

@@ -18,6 +18,7 @@ from conformance.fixtures.cache import finish_gguf
 from conformance.fixtures.vocabularies import rwkv_vocab, rwkv_vocab_path
 from conformance.gate import cached
 from conformance.strategies.tokenizer import unicode_texts
+from conformance.tokenizer.space_prefix import assert_keeps_leading_space, assert_strips_first_space
 
 pytestmark = pytest.mark.requires("tokenizer.tokenize", "tokenizer.vocab_only")
 
@@ -94,11 +95,7 @@ def test_detokenize_keeps_leading_space(target: Any, rwkv: Any, text: str) -> No
     """RWKV adds no space prefix, so detokenize has none to remove: a text that starts with a
     space comes back whole under every flag combination (the fixture writes no
     ``add_space_prefix`` key: the family default, off, decides)."""
-    ids = target.tokenize(rwkv, text, False, False)
-    for remove_special in (False, True):
-        for unparse_special in (False, True):
-            got = target.detokenize(rwkv, ids, remove_special, unparse_special)
-            assert got == text.encode(), (text, remove_special, unparse_special)
+    assert_keeps_leading_space(target, rwkv, (text,))
 
 
 @pytest.mark.invariant("TOK-053")
@@ -129,14 +126,7 @@ def test_space_prefix_key_strips_the_first_piece(target: Any, rwkv: Any, tmp_pat
     vocab = target.load_vocab(str(path))
     two = tokens.index("  ")
     assert target.tokenize(vocab, "  x", False, False)[0] == two
-    for text in ("  x", "   ", " Hello world", "Hi ", "x  y"):
-        ids = target.tokenize(vocab, text, False, False)
-        assert ids == target.tokenize(rwkv, text, False, False), text
-        want = text.encode()[1:] if text.startswith(" ") else text.encode()
-        for remove_special in (False, True):
-            for unparse_special in (False, True):
-                got = target.detokenize(vocab, ids, remove_special, unparse_special)
-                assert got == want, (text, remove_special, unparse_special)
+    assert_strips_first_space(target, vocab, rwkv, ("  x", "   ", " Hello world", "Hi ", "x  y"))
 
 
 # A vocabulary without the one-byte tokens: no token starts with "x", "z" or NUL; "c" starts
