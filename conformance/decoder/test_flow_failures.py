@@ -108,9 +108,8 @@ def test_worst_case_reservations(new_ctx: Callable[..., Any]) -> None:
 
 @pytest.mark.invariant("DEC-049")
 @pytest.mark.requires(
-    "decoder.errors",
     "decoder.memory_ops",
-    "decoder.encode",
+    "decoder.encode_with_memory",
     "decoder.introspection",
     "decoder.non_causal",
 )
@@ -132,9 +131,7 @@ def test_encode_is_one_non_causal_ubatch_without_memory(new_ctx: Callable[..., A
 
 
 @pytest.mark.invariant("DEC-049", "OUT-022")
-# Gated like the encode test above: encoding on a context with memory crashes llama.cpp 0.3.36,
-# whose adapter refuses it (DEC_ENCODE_UNSUPPORTED) and claims no decoder.errors either.
-@pytest.mark.requires("decoder.errors", "decoder.encode", "decoder.abort", "decoder.memory_ops")
+@pytest.mark.requires("decoder.encode_with_memory", "decoder.abort", "decoder.memory_ops")
 def test_aborted_encode_returns_2_and_leaves_nothing_readable(
     new_ctx: Callable[..., Any],
 ) -> None:
@@ -157,7 +154,7 @@ def test_aborted_encode_returns_2_and_leaves_nothing_readable(
 
 
 @pytest.mark.invariant("DEC-050")
-@pytest.mark.requires("decoder.errors", "decoder.encode")
+@pytest.mark.requires("decoder.errors", "decoder.encode_with_memory")
 def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.encode(batch(prompt(5))) == -1

@@ -56,6 +56,7 @@ BLACK_BOX: frozenset[str] = frozenset(
         "decoder.pooling",
         "decoder.non_causal",
         "decoder.encode",
+        "decoder.encode_with_memory",
         "decoder.abort",
         "decoder.kv_dtype",
         "decoder.graph_reuse",

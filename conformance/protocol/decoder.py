@@ -120,7 +120,7 @@ class Shift(MemoryOps, Protocol):
     logits equal those of a fresh context fed the shifted positions."""
 
 
-# -- decoder.embeddings / decoder.non_causal / decoder.encode ------------------------------
+# -- decoder.embeddings / decoder.non_causal / decoder.encode(_with_memory) ---------------
 
 
 @role("context")
@@ -161,6 +161,13 @@ class EncodeContext(Protocol):
 
 class Encode(LoadsModels, Protocol):
     def new_context(self, model: Any, **params: Any) -> EncodeContext: ...
+
+
+class EncodeWithMemory(Encode, Protocol):
+    """``encode`` on a context of a decoder model (one with memory), not only on an
+    encoder-only model's: the batch is still one non-causal ubatch and the memory is left as
+    it was. An engine that refuses or cannot survive that call (llama.cpp 0.3.36 crashes)
+    claims ``decoder.encode`` alone."""
 
 
 # -- decoder.abort / decoder.errors --------------------------------------------------------
@@ -310,6 +317,9 @@ CAPABILITIES = (
     capability("decoder.pooling", Pooling, "pooled embeddings per sequence", params=("pooling",)),
     capability("decoder.non_causal", NonCausal, "non-causal attention", params=("attention_type",)),
     capability("decoder.encode", Encode, "llama_encode"),
+    capability(
+        "decoder.encode_with_memory", EncodeWithMemory, "llama_encode on a context with memory"
+    ),
     capability("decoder.abort", Abort, "the abort callback"),
     capability("decoder.errors", Errors, "typed errors behind non-zero codes"),
     capability("decoder.faults", Faults, "injected compute and flow failures (tests)"),

@@ -41,7 +41,8 @@ class InvalidOutput(EngineError):
 
 
 class EncodeUnsupported(EngineError):
-    """llama_encode on a context with memory, which llama.cpp 0.3.36 does not survive."""
+    """llama_encode on a context with memory, which llama.cpp 0.3.36 does not survive (so the
+    target claims ``decoder.encode`` without ``decoder.encode_with_memory``)."""
 
 
 def _refuse_aborting_context(model: Any, params: dict[str, Any]) -> None:

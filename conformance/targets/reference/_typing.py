@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         _d16: decoder.BatchRules = t
         _d17: decoder.Pooling = t
         _d18: decoder.GraphReuse = t
+        _d19: decoder.EncodeWithMemory = t
         _c1: decoupled.Cache = t
         _c2: decoupled.Model = t
         _c3: decoupled.Runner = t
