@@ -244,7 +244,7 @@ def test_recurrent_ubatch_cells_follow_ubatch_order(target: Any) -> None:
 def test_recurrent_gather_keeps_the_displaced_state(target: Any) -> None:
     """Seqs 0, 2, 1 sit in cells 0, 1, 2; a ubatch of seqs 0 and 1 gathers their states into
     cells 0 and 1, so seq 2's state changes places with seq 1's: it moves to cell 2 with its
-    position, and seq 1 is left in cell 1 only."""
+    position and seq 2's index, and seq 1 is left in cell 1 only."""
     rec = target.new_memory("recurrent", n_seq_max=3)
     decode(target, rec, [[0]], 3, 8)  # seq 0 -> cell 0
     decode(target, rec, [[2], [2]], 3, 8)  # seq 2 -> cell 1, position 1
@@ -253,6 +253,9 @@ def test_recurrent_gather_keeps_the_displaced_state(target: Any) -> None:
     decode(target, rec, [[0], [1]], 3, 8)
     assert [(c[0], c[3]) for c in rec.state().cells] == [(1, (0,)), (3, (1,)), (1, (2,))]
     assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [(1, 1), (3, 3), (1, 1)]
+    assert [c[2] for c in rec.state().cells] == [0, 1, 2]  # seq s's index: the cell of its state
+    rec.seq_add(2, -1, -1, 5)  # follows seq 2's index to cell 2
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [(1, 1), (3, 3), (6, 6)]
 
 
 @pytest.mark.invariant("MEM-013")
@@ -269,6 +272,10 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     assert rec.seq_rm(0, 2, -1) is False  # a rollback is already pending
     assert rec.seq_rm(0, 0, -1) is True
     assert rec.seq_pos_max(0) == -1
+    # removing every position ended the pending rollback: the next state can be rolled back
+    decode(target, rec, [[0]] * 5, 2, 8)
+    assert rec.seq_rm(0, 3, -1) is True
+    assert rec.seq_pos_max(0) == 2
     plain = target.new_memory("recurrent", n_seq_max=1)
     decode(target, plain, [[0]] * 3, 1, 8)
     assert plain.seq_rm(0, 2, -1) is False and plain.seq_pos_max(0) == 2
@@ -298,21 +305,30 @@ def test_hybrid_asks_the_recurrent_part_first(target: Any) -> None:
 @pytest.mark.requires(*NEEDS)
 def test_hybrid_positions_after_seq_div(target: Any) -> None:
     """seq_div over the whole sequence (p1 < 0: no upper bound) moves both parts: attention
-    positions 0..4 become 0, 0, 1, 1, 2 and the recurrent state moves from 4 to 2."""
+    positions 0..4 become 0, 0, 1, 1, 2 and the recurrent state moves from 4 to 2. After a
+    move by 10 (attention 10..12, recurrent 12) a second division gives attention 5..6 and
+    recurrent 6; an attention part that missed both divisions (10..14) would read (10, 6)."""
     mem = target.new_memory("hybrid", kv_size=16, n_seq_max=1)
     decode(target, mem, [[0]] * 5, 1, 8)
     mem.seq_div(0, -1, -1, 2)
     assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (2, 2)  # max(0, 2), min(2, 2)
+    mem.seq_add(0, -1, -1, 10)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (12, 12)
+    mem.seq_div(0, -1, -1, 2)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (6, 6)  # max(5, 6), min(6, 6)
 
 
 @pytest.mark.invariant("MEM-015")
 @pytest.mark.requires(*NEEDS)
-@pytest.mark.parametrize(("swa_full", "pos_min"), [(True, 0), (False, 44)])
-def test_iswa_window_cache_size(target: Any, swa_full: bool, pos_min: int) -> None:
+@pytest.mark.parametrize(
+    ("swa_full", "n_ubatch", "pos_min"), [(True, 8, 0), (False, 8, 44), (False, 253, 0)]
+)
+def test_iswa_window_cache_size(target: Any, swa_full: bool, n_ubatch: int, pos_min: int) -> None:
     """Window 4, n_ubatch 8: the window cache has 256 cells (not 1024) unless swa_full, so
-    300 tokens wrap around it and the oldest 44 positions are purged from it."""
+    300 tokens wrap around it and the oldest 44 positions are purged from it. With n_ubatch
+    253 it wants 4 + 253 = 257 cells, rounded up to 512: the 300 tokens fit."""
     mem = target.new_memory(
-        "iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=8, swa_full=swa_full
+        "iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=n_ubatch, swa_full=swa_full
     )
     decode(target, mem, [[0]] * 300, 1, 8)
     assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (pos_min, 299)

@@ -159,6 +159,34 @@ def test_recurrent_sequence_without_a_cell_fails_the_batch(target: Any) -> None:
     assert ctx.get_status() == SUCCESS
 
 
+# -------------------------------------------------------------------------------- moves
+
+
+@pytest.mark.invariant("MEM-025")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_add_and_div_move_the_state_in_range(target: Any) -> None:
+    """Three cells; seq 0's state at position 4 (shared with seq 2), seq 1's at 0. Ranges
+    that start after the state, end at it or are empty move nothing, nor do ids outside
+    [0, 3); a range from the state on moves it (seq 2 reads it too), and seq 1 stays."""
+    rec = target.new_memory("recurrent", n_seq_max=3)
+    decode(target, rec, [[0]] * 5, 3, 8)
+    decode(target, rec, [[1]], 3, 8)
+    rec.seq_cp(0, 2)
+    assert positions(rec, 3) == [(4, 4), (0, 0), (4, 4)]
+    with unchanged(rec.state, "recurrent memory after moves that reach no state"):
+        rec.seq_div(0, 5, -1, 2)  # starts after the state
+        rec.seq_add(0, 5, -1, 3)
+        rec.seq_div(0, 0, 4, 2)  # ends at it
+        rec.seq_add(0, 4, 4, 3)  # empty
+        for s in (3, -1):  # one past the last cell, and -1
+            rec.seq_add(s, -1, -1, 3)
+            rec.seq_div(s, -1, -1, 2)
+    rec.seq_div(0, 4, 5, 2)
+    assert positions(rec, 3) == [(2, 2), (0, 0), (2, 2)]
+    rec.seq_add(2, -1, -1, 3)  # seq 2 shares seq 0's state
+    assert positions(rec, 3) == [(5, 5), (0, 0), (5, 5)]
+
+
 # -------------------------------------------------------------------------------- forwarding
 
 

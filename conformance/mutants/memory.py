@@ -348,6 +348,23 @@ def _iswa_can_shift_any_sizes(target: Any) -> Any:
     return target
 
 
+def _recurrent_move_ignores_range(target: Any) -> Any:
+    """A recurrent seq_add / seq_div moves the sequence's state whatever the range."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    add, div = RecurrentMemory.seq_add, RecurrentMemory.seq_div
+
+    def seq_add(self: RecurrentMemory, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        add(self, seq_id, -1, -1, delta)
+
+    def seq_div(self: RecurrentMemory, seq_id: int, p0: int, p1: int, d: int) -> None:
+        div(self, seq_id, -1, -1, d)
+
+    RecurrentMemory.seq_add = seq_add  # type: ignore[method-assign]
+    RecurrentMemory.seq_div = seq_div  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -531,5 +548,12 @@ MUTANTS = [
         "an iSWA memory reports it can shift when its two caches differ in size",
         ("MEM-024",),
         _iswa_can_shift_any_sizes,
+    ),
+    Mutant(
+        "mem-recurrent-move-ignores-range",
+        "memory",
+        "a recurrent seq_add / seq_div moves the sequence's state whatever the range",
+        ("MEM-025",),
+        _recurrent_move_ignores_range,
     ),
 ]

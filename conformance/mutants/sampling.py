@@ -299,6 +299,14 @@ def _mirostat_v1_m_rows(original: Callable[..., int]) -> Callable[..., int]:
     return mirostat_k
 
 
+def _int_of_2_pow_31_fits(original: Callable[[Any], int]) -> Callable[[Any], int]:
+    def float_to_int(x: Any) -> int:
+        # the defect: 2^31 is taken as a row count instead of overflowing int32
+        return 2**31 if np.isfinite(x) and float(x) == 2.0**31 else original(x)
+
+    return float_to_int
+
+
 def _adaptive_wrong_decay(_: Any) -> Callable[..., Any]:
     from reference_impl.sampling import feedback
 
@@ -624,6 +632,13 @@ MUTANTS = [
         "Mirostat v1 fits its Zipf exponent on m + 1 probabilities",
         ("SMP-082",),
         _patch("reference_impl.sampling.feedback", "mirostat_k", _mirostat_v1_m_rows),
+    ),
+    Mutant(
+        "smp-mirostat-v1-k-2-pow-31-fits",
+        "sampling",
+        "Mirostat v1 keeps 2^31 rows for a float k of exactly 2^31 instead of one",
+        ("SMP-082",),
+        _patch("reference_impl.sampling.feedback", "float_to_int", _int_of_2_pow_31_fits),
     ),
     Mutant(
         "smp-adaptive-p-wrong-decay",

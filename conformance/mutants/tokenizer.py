@@ -874,3 +874,33 @@ MUTANTS += [
         apply=_ugm_stray_continuation_kept,
     ),
 ]
+
+
+def _spm_default_ids_swapped(target: Any) -> Any:
+    # An SPM vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1 (the defaults swapped).
+    import reference_impl.tokenizer as tok
+
+    original = tok.load_vocab
+
+    def load_vocab(meta: Any) -> Any:
+        vocab = original(meta)
+        if vocab is not None and vocab.model == "llama":
+            if meta.get_int("tokenizer.ggml.bos_token_id", -1) < 0:  # the key is missing
+                vocab = dataclasses.replace(vocab, bos_id=2)
+            if meta.get_int("tokenizer.ggml.eos_token_id", -1) < 0:
+                vocab = dataclasses.replace(vocab, eos_id=1)
+        return vocab
+
+    replace(tok.__name__, "load_vocab", load_vocab)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-spm-default-ids-swapped",
+        "tokenizer",
+        "an SPM vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1",
+        kills=("TOK-084",),
+        apply=_spm_default_ids_swapped,
+    ),
+]

@@ -76,3 +76,29 @@ def describe(a: TokenDataArray) -> str:
         f"n={a.size} selected={a.selected} sorted={a.sorted}\n ids={a.ids.tolist()}\n"
         f" logits={a.logits.tolist()}\n p={a.p.tolist()}"
     )
+
+
+def mt19937_uniforms(seed: int, count: int) -> list[float]:
+    """``count`` draws of libstdc++'s ``uniform_real_distribution<double>(0, 1)`` over
+    ``std::mt19937(seed)``, straight from the published MT19937 algorithm (init_genrand,
+    twist, temper) and ``generate_canonical<double, 53>``: ``(a + b * 2^32) / 2^64``."""
+    mt = [seed & 0xFFFFFFFF]
+    for i in range(1, 624):
+        mt.append((1812433253 * (mt[-1] ^ (mt[-1] >> 30)) + i) & 0xFFFFFFFF)
+    index = 624
+    outputs: list[int] = []
+    while len(outputs) < 2 * count:
+        if index == 624:
+            for i in range(624):
+                y = (mt[i] & 0x80000000) | (mt[(i + 1) % 624] & 0x7FFFFFFF)
+                mt[i] = mt[(i + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
+            index = 0
+        y = mt[index]
+        index += 1
+        y ^= y >> 11
+        y ^= (y << 7) & 0x9D2C5680
+        y ^= (y << 15) & 0xEFC60000
+        y ^= y >> 18
+        outputs.append(y)
+    us = [(outputs[2 * j] + outputs[2 * j + 1] * 2.0**32) / 2.0**64 for j in range(count)]
+    return [min(u, float(np.nextafter(1.0, 0.0))) for u in us]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import raises_code
-from conformance.sampling.support import candidates, chain_of, describe, from_probs, same_array
+from conformance.sampling.support import (
+    candidates,
+    chain_of,
+    describe,
+    from_probs,
+    mt19937_uniforms,
+    needs_samplers,
+    same_array,
+)
 from conformance.strategies.sampling import seeds, token_arrays
 from reference_impl.errors import SamplingError
 from reference_impl.sampling.token_data import TokenDataArray
@@ -77,6 +86,48 @@ def test_mirostat_v1_degenerate_fits_keep_one_row(target: Any, entry: Any) -> No
         for _ in range(3):
             out = target.sampler_apply(handle, candidates(np.zeros(8, F32)))
             assert out.size == 1 and out.selected == 0 and out.p[0] == F32(1.0), describe(out)
+
+
+@pytest.mark.invariant("SMP-082")
+@pytest.mark.requires(*MIROSTAT_CAPS)
+@pytest.mark.parametrize(
+    ("tau", "kept"),
+    [(23.688125610351562, 120), (23.688127517700195, 1), (23.688129425048828, 1)],
+    ids=["below", "exactly", "above"],
+)
+def test_mirostat_v1_k_of_2_pow_31_overflows_to_one_row(target: Any, tau: float, kept: int) -> None:
+    # Zipf s = 1.5 over 120 rows, n_vocab 148: three consecutive float taus put the float k
+    # just below 2^31 (int(k) fits: all 120 rows stay), at exactly 2^31 and just above; both
+    # of the latter are outside int32 (x86 truncation gives INT32_MIN), so one row stays.
+    cur = candidates((-1.5 * np.log(np.arange(1, 121, dtype=np.float64))).astype(F32))
+    entry = ["mirostat", {"n_vocab": 148, "seed": 3, "tau": tau}]
+    with chain_of(target, [entry]) as handle:
+        out = target.sampler_apply(handle, cur)
+    assert out.size == kept and out.ids[0] == 0, describe(out)
+
+
+@pytest.mark.invariant("SMP-082", "SMP-083")
+@pytest.mark.requires("sampling.chain")
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        needs_samplers([e], e, id=i)
+        for i, e in [
+            ("mirostat_v2", ["mirostat_v2", {"seed": 2, "tau": 5.0, "eta": 0.0}]),
+            ("adaptive_p", ["adaptive_p", {"target": -1.0, "decay": 0.5, "seed": 2}]),
+        ]
+    ],
+)
+def test_discrete_draw_over_equal_rows_follows_the_seed(target: Any, entry: Any, n: int) -> None:
+    # n equal logits (n a power of two): p = 1/n each and the cumulative weights k/n are exact,
+    # so discrete_distribution's lower_bound picks row ceil(n u) - 1 for the canonical u of
+    # each two-output draw. Two rows already take a draw (only one row takes none).
+    cur = candidates(np.zeros(n, F32))
+    expected = [max(math.ceil(n * u) - 1, 0) for u in mt19937_uniforms(2, 12)]
+    with chain_of(target, [entry]) as handle:
+        got = [target.sampler_apply(handle, cur).selected for _ in range(12)]
+    assert got == expected and len(set(expected)) == n, (got, expected)
 
 
 @pytest.mark.invariant("SMP-082")

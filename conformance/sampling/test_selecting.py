@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import assert_close
-from conformance.sampling.support import apply_once, chain_of, describe, needs_samplers
+from conformance.sampling.support import (
+    apply_once,
+    chain_of,
+    describe,
+    mt19937_uniforms,
+    needs_samplers,
+)
 from conformance.strategies.sampling import seeds, tied_logits_rows, token_arrays
 from reference_impl.sampling.token_data import TokenDataArray
 
@@ -165,43 +171,19 @@ def test_seeded_sequences_match_llama_cpp(
     assert [target.sampler_sample(chain, logits) for _ in range(len(expected))] == expected
 
 
-def _mt19937_uniforms(seed: int, count: int) -> list[float]:
-    """``count`` draws of libstdc++'s ``uniform_real_distribution<double>(0, 1)`` over
-    ``std::mt19937(seed)``, straight from the published MT19937 algorithm (init_genrand,
-    twist, temper) and ``generate_canonical<double, 53>``: ``(a + b * 2^32) / 2^64``."""
-    mt = [seed & 0xFFFFFFFF]
-    for i in range(1, 624):
-        mt.append((1812433253 * (mt[-1] ^ (mt[-1] >> 30)) + i) & 0xFFFFFFFF)
-    index = 624
-    outputs: list[int] = []
-    while len(outputs) < 2 * count:
-        if index == 624:
-            for i in range(624):
-                y = (mt[i] & 0x80000000) | (mt[(i + 1) % 624] & 0x7FFFFFFF)
-                mt[i] = mt[(i + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
-            index = 0
-        y = mt[index]
-        index += 1
-        y ^= y >> 11
-        y ^= (y << 7) & 0x9D2C5680
-        y ^= (y << 15) & 0xEFC60000
-        y ^= y >> 18
-        outputs.append(y)
-    us = [(outputs[2 * j] + outputs[2 * j + 1] * 2.0**32) / 2.0**64 for j in range(count)]
-    return [min(u, float(np.nextafter(1.0, 0.0))) for u in us]
-
-
 @pytest.mark.invariant("SMP-023")
 @pytest.mark.requires("sampling.chain", "sampling.dist")
 def test_long_seeded_stream_follows_mt19937(target: Any, make_chain: Any) -> None:
     # 700 draws = 1400 outputs: past the first two regenerations of the 624-word state, so
     # every word of the twist (the last ones included) feeds a draw's high half. Over 256
     # equal logits the running sums are exactly 1, 2, ... and S * u = 256 * u is exact, so
-    # the selected row is ceil(256 * u) - 1 (row 0 for u = 0).
-    n, seed = 256, 1234
+    # the selected row is ceil(256 * u) - 1 (row 0 for u = 0). Seed 1: the top bit of word
+    # 622 changes in the first regeneration, so a twist that rewrites word 622 twice (reading
+    # its own new top bit) shows in draws 424 and 622.
+    n, seed = 256, 1
     chain = make_chain([["dist", {"seed": seed}]])
     logits = np.zeros(n, F32)
-    expected = [max(math.ceil(n * u) - 1, 0) for u in _mt19937_uniforms(seed, 700)]
+    expected = [max(math.ceil(n * u) - 1, 0) for u in mt19937_uniforms(seed, 700)]
     got = [target.sampler_sample(chain, logits) for _ in range(700)]
     first_bad = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), None)
     assert first_bad is None, (

@@ -56,6 +56,35 @@ def test_add_eos(target: Any, text: str) -> None:
     assert target.tokenize(no_bos, text, True, False) == [*plain, EOS]
 
 
+def _write_default_ids(path: Path) -> str:
+    """The SPM fixture vocabulary with ``add_eos_token`` on and no BOS / EOS / UNK id keys."""
+    from conformance.fixtures.gguf_models import fixture_vocab
+
+    tokens, scores, types = fixture_vocab()
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(list(tokens))
+    w.add_token_scores(list(scores))
+    w.add_token_types(list(types))
+    w.add_bool("tokenizer.ggml.add_eos_token", True)
+    finish_gguf(w)
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-084")
+def test_spm_default_special_ids(target: Any, tmp_path: Path) -> None:
+    """Without the id keys an SPM vocabulary takes BOS 1 and EOS 2: ``add_special`` frames the
+    text with them, as in the copy that writes the keys, and they unparse as ``<s>`` / ``</s>``."""
+    bare = target.load_vocab(_write_default_ids(tmp_path / "default-ids.gguf"))
+    written = _load(target, "eos")
+    for text in ("Hello world", ""):
+        ids = target.tokenize(bare, text, True, False)
+        assert ids == target.tokenize(written, text, True, False), repr(text)
+        assert (ids[0], ids[-1]) == (BOS, EOS), repr(text)
+        shown = target.detokenize(bare, ids, False, True)
+        assert shown == b"<s>" + _pieces(target, bare, ids[1:-1]) + b"</s>", repr(text)
+
+
 @pytest.mark.invariant("TOK-055")
 @pytest.mark.parametrize("text", [*TEXTS, "  many   spaces  ", "\t tab  "])
 def test_remove_extra_whitespaces_is_ignored_by_spm(target: Any, text: str) -> None:

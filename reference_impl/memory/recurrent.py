@@ -181,6 +181,7 @@ class RecurrentMemory:
         if new_head != self.size and new_head < self.head:
             self.head = new_head
 
+    @implements("MEM-025")
     def _tail_cell(self, seq_id: int, p0: int, p1: int) -> RSCell | None:
         if not 0 <= seq_id < self.size:
             return None
@@ -190,6 +191,7 @@ class RecurrentMemory:
         cell = self.cells[tail_id]
         return cell if seq_id in cell.seq_id and p0 <= cell.pos < p1 else None
 
+    @implements("MEM-025")
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         if delta == 0:
             return
@@ -198,6 +200,7 @@ class RecurrentMemory:
         if cell is not None:
             cell.pos += delta
 
+    @implements("MEM-025")
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         if d <= 0:
             raise KVCacheError("KV_DIVISOR", f"divisor must be positive, got {d}", field="d")
