@@ -85,6 +85,13 @@ def check_ubatch(ub: Any, sb: Any) -> None:
     else:
         assert np.array_equal(np.asarray(ub.embd).reshape(n, -1), np.asarray(b.embd)[idxs])
     assert np.array_equal(np.asarray(ub.output) != 0, np.asarray(b.logits)[idxs] != 0)
+    # seq_id rows are as wide as the ubatch's widest token (not the batch's), padded with -1
+    n_seq_id = np.asarray(ub.n_seq_id)
+    seq_id = np.asarray(ub.seq_id)
+    assert n_seq_id.shape == (n,)
+    assert seq_id.shape == (n, int(n_seq_id.max())), f"seq_id shape {seq_id.shape}"
+    pad = np.arange(seq_id.shape[1])[None, :] >= n_seq_id[:, None]
+    assert (seq_id[pad] == -1).all(), "seq_id padding is not -1"
     seqs = token_seqs(sb)
     for k in range(n):
         assert ubatch_seqs(ub, k) == seqs[int(idxs[k])]

@@ -39,6 +39,21 @@ def test_seq_rm_partial_range_moves_head_down(cache: Any) -> None:
     assert (cache.seq_pos_min(0), cache.seq_pos_max(0)) == (0, 5)
 
 
+@pytest.mark.invariant("KV-001", "KV-014")
+@pytest.mark.requires("kv.cache")
+def test_seq_pos_bounds_after_many_removals(target: Any) -> None:
+    """Forty positions removed one at a time from the middle out: the bounds stay exact however
+    many removed positions the cache has seen (the first placed, 38, is neither end)."""
+    c = target.new_kv_cache(kv_size=48)
+    order = [38, 0, 39, *range(1, 38)]
+    place(c, ubatch_from_lists(order, [[0]] * len(order)))
+    for p in [*range(1, 38), 38, 0, 39]:
+        c.seq_rm(0, p, p + 1)
+        held = [q for q, seqs in cells(c) if 0 in seqs]
+        want = (min(held), max(held)) if held else (-1, -1)
+        assert (c.seq_pos_min(0), c.seq_pos_max(0)) == want, f"after removing position {p}"
+
+
 @pytest.mark.invariant("KV-014", "KV-013")
 @pytest.mark.requires("kv.cache")
 def test_seq_rm_negative_bounds_mean_open_ends(cache: Any) -> None:

@@ -107,6 +107,18 @@ def test_storage_layout_write_and_views(target: Any, dtype: torch.dtype) -> None
 
 @pytest.mark.invariant("KV-027")
 @pytest.mark.requires("kv.cache", "kv.storage")
+@pytest.mark.parametrize(
+    ("given", "heads_dim"), [({}, (1, 1)), ({"head_dim": 3}, (1, 3)), ({"n_head_kv": 2}, (2, 1))]
+)
+def test_storage_defaults(target: Any, given: dict[str, int], heads_dim: tuple[int, int]) -> None:
+    """``n_head_kv``, ``head_dim`` and ``dtype`` left out mean 1, 1 and float32 (decision D6)."""
+    c = target.new_kv_cache(kv_size=5, n_layer=2, **given)
+    for t in (*c.k, *c.v):
+        assert (tuple(t.shape), t.dtype) == ((1, 5, *heads_dim), torch.float32), given
+
+
+@pytest.mark.invariant("KV-027")
+@pytest.mark.requires("kv.cache", "kv.storage")
 def test_storage_bad_arguments(target: Any) -> None:
     c = target.new_kv_cache(kv_size=4, n_layer=1, n_head_kv=1, head_dim=2)
     slot = place(c, run_of(0, 0, 2))

@@ -3,6 +3,7 @@ and the typed errors for ubatches and slots that do not match the cache."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -105,6 +106,9 @@ def test_bad_ubatch_layouts(target: Any) -> None:
     # unequal groups
     uneven = ubatch_from_lists([2, 3, 0], [[0], [0], [1]], n_groups=2)
     expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, uneven)
+    # no stream group at all: the count names the field, it is not divided by
+    groupless = replace(run_of(0, 2, 2), n_seqs_unq=0)
+    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, groupless, field="n_seqs_unq")
     expect_code(c, "KV_SEQ_ID_RANGE", c.find_slot, run_of(2, 0, 1))
     expect_code(c, "KV_POS_RANGE", c.find_slot, ubatch_from_lists([-3], [[0]]))
     # the error names the first bad token, wherever it is
