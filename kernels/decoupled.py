@@ -11,7 +11,8 @@ sum of values; with nothing to attend (empty cache, no null) it is 0.
 Paths (see kernels.dispatch): ``streaming`` (torch, the reference: null first, then the
 dequantized prefix in blocks, then the exact tail, with an online softmax in fp32),
 ``triton-1pass`` and ``triton-2pass`` (kernels.decoupled_triton). All paths read the same
-values: dequantized codes for ``[0, prefix_len)`` and the fp16 ring for the tail.
+values: dequantized codes for ``[0, prefix_len)`` and the fp16 ring for the tail (a float
+tensor of a mixed policy keeps no ring: its buffer gives both).
 """
 
 from __future__ import annotations
@@ -151,8 +152,16 @@ def _update(
     return m_new, d, o
 
 
+@implements("DBA-004", "KRN-016")
 def _tail(cache: DecoupledKVCache, ct: CacheTensor) -> torch.Tensor:
-    """The exact tail of one cache tensor (fp32 ``[B, tail_len, dim]``)."""
+    """The exact tail of one cache tensor (fp32 ``[B, tail_len, dim]``).
+
+    A policy that mixes float and quantized tensors has a residual, but only its quantized
+    tensors keep a ring: a float tensor's buffer already holds the tail as exactly as it stores
+    any token, so its rows ``[prefix_len, length)`` are read there (what an all-float policy reads).
+    """
+    if ct.buf is not None:
+        return ct.stored(cache.prefix_len, cache.length)
     return ct.tail(cache.tail_len)
 
 

@@ -10,7 +10,9 @@ the last ``min(R, max_len)`` tokens are *also* kept exactly in an fp16 ring (tok
 ``t mod R``). Decode reads tokens ``[0, prefix_len)`` from the quantized buffers and the tail
 ``[prefix_len, length)`` from the ring, where ``prefix_len = max(0, length - R)``. Because the
 tail always fills ring slots ``0 .. tail_len-1``, readers take ``ring[:, :tail_len]`` without
-modular arithmetic (softmax does not depend on token order).
+modular arithmetic (softmax does not depend on token order). Only quantized tensors keep a ring:
+in a policy that mixes float and quantized tensors the float ones read their tail, like every
+other token, from their buffer.
 """
 
 from __future__ import annotations
@@ -122,7 +124,10 @@ class CacheTensor:
 
     @implements("DBA-004", "KRN-016")
     def tail(self, tail_len: int) -> torch.Tensor:
-        """The exact tail tokens, fp32 ``[B, tail_len, dim]`` (ring slots ``0 .. tail_len-1``)."""
+        """The exact tail tokens, fp32 ``[B, tail_len, dim]`` (ring slots ``0 .. tail_len-1``).
+
+        Only a quantized tensor with a residual has them; a float tensor's tail is read with
+        :meth:`stored`, so asking one here (or a tensor without a residual) is a caller's bug."""
         if self.ring is None:
             raise KernelError("KRN_NO_RESIDUAL", "this cache tensor keeps no residual tail")
         return self.ring[:, :tail_len].to(torch.float32)

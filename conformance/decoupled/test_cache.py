@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conformance.assertions import raises_code, unchanged
+from conformance.kernels import _cases, _tolerance
 from conformance.kv_quant import oracle as quant_oracle
 from reference_impl.errors import EngineError
 
@@ -57,15 +58,22 @@ def test_float_policies_store_values(target: Any) -> None:
 
 
 @pytest.mark.invariant("DBA-004")
-@pytest.mark.parametrize("resid,max_len", [(8, 40), (64, 40), (1, 40)])
+@pytest.mark.parametrize("resid,max_len", [(8, 40), (64, 40), (1, 40), (0, 40)])
 def test_the_tail_keeps_the_last_tokens_exactly(target: Any, resid: int, max_len: int) -> None:
     cache = target.decoupled_cache(POLICY.format(r=resid), 2, HEADS, 2, max_len)
+    r = min(resid, max_len)
+    for name, d in zip(("k_sem", "k_geo", "v"), HEADS):
+        ring = getattr(cache, name).ring
+        if r == 0:  # no residual: no ring at all, not an empty one
+            assert ring is None, f"{name}: a ring without a residual"
+        else:
+            assert ring.dtype == torch.float16, name
+            assert tuple(ring.shape) == (2, r, 2 * d), f"{name}: ring {list(ring.shape)}"
     chunks = [_tokens(2, n, seed=10 + n) for n in (5, 1, 13, 2)]
     for chunk in chunks:
         cache.append(*chunk)
     full = [torch.cat([c[i] for c in chunks], dim=1) for i in range(3)]
     length = full[0].shape[1]
-    r = min(resid, max_len)
     assert (cache.length, cache.prefix_len, cache.tail_len) == (
         length,
         max(0, length - r),
@@ -118,6 +126,24 @@ def test_a_cache_that_holds_nothing_is_refused(
 ) -> None:
     with raises_code("KRN_BAD_SHAPE", field=field):
         target.decoupled_cache(POLICY.format(r=4), 2, HEADS, batch, max_len)
+
+
+@pytest.mark.invariant("DBA-004")
+@pytest.mark.requires("kernels.decoupled_decode")
+@pytest.mark.parametrize("null", ["none", "contiguous"])
+def test_a_mixed_policy_reads_float_tails_from_their_buffers(target: Any, null: str) -> None:
+    # float and quantized tensors with a residual: only the q8_0 k_sem keeps a ring; the fp16
+    # k_geo and fp32 v keep their tail in their buffers, where decode must read it
+    case = _cases.DecoupledCase(
+        length=21, resid=8, null=null, policy="ksem=q8_0@32,kgeo=fp16,v=fp32,resid=8", seed=31
+    )
+    inp = _cases.build_decoupled(case, target)
+    cache = inp.cache
+    assert (cache.length, cache.prefix_len, cache.tail_len) == (21, 13, 8)
+    rings = [getattr(cache, name).ring is not None for name in ("k_sem", "k_geo", "v")]
+    assert rings == [True, False, False], f"rings kept by k_sem, k_geo, v: {rings}"
+    out = _cases.decode_path(target, inp, "streaming")
+    _tolerance.assert_within(out, inp.expected, f"mixed policy, null {null}", n_keys=21)
 
 
 @pytest.mark.invariant("DBA-019")

@@ -43,6 +43,8 @@ def _perturbed(target: Any, config: dict[str, Any], seed: int) -> Any:
 # (policy, the policy whose stored values the forward attends, path, the path that must run,
 # null token). The fused kernels run under Triton's interpreter on a CPU: one case per kernel.
 F0 = M.FUSED.format(resid=0)
+MIXED = "ksem=q8_0@32,kgeo=fp16,v=fp32,resid={resid}"
+MIXED_TAIL = "ksem=fp16,kgeo=fp16,v=fp32,resid=0"  # what MIXED's tail holds
 CASES = [
     (M.FP32, M.FP32, "auto", "streaming", False),  # float cache: not the fused layout
     (M.FP32, M.FP32, "auto", "streaming", True),
@@ -52,6 +54,12 @@ CASES = [
     (F0, F0, "2pass", "triton-2pass", True),
     # a residual longer than the sequence: every token read from the fp16 ring
     (M.FUSED.format(resid=32), M.FP16, "1pass", "triton-1pass", True),
+    # a policy mixing float and quantized tensors (not the fused layout): without a residual
+    # each tensor is read as its kind stores it; with one, every token in the tail, the q8_0
+    # k_sem comes from its fp16 ring while the float k_geo and v, which keep no ring, come from
+    # their buffers (fp16-rounded, exact)
+    (MIXED.format(resid=0), MIXED.format(resid=0), "auto", "streaming", False),
+    (MIXED.format(resid=12), MIXED_TAIL, "auto", "streaming", True),
 ]
 
 

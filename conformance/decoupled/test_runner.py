@@ -128,6 +128,8 @@ def test_generate_given_or_derived_policy_gives_the_same_tokens(target: Any) -> 
         (["score", "--seed", "1", "--tokens", "3,9"], 1),
         (["generate", "--seed", "1", "--prompt", "4,8,15", "--max-new", "2"], 4),
         (["generate", "--seed", "1", "--prompt", "4", "--max-new", "1"], 1),
+        # --max-new defaults to 8 (fp32: the cheap streaming path)
+        (["generate", "--seed", "1", "--prompt", "4", "--kv-quant", "fp32"], 8),
         ([*SCORE, "--decode-path", "streaming"], 5),
     ],
 )

@@ -239,6 +239,15 @@ def _decode_rope_shifted(orig: Any) -> Any:
     return rope
 
 
+def _tail_from_ring_only(_orig: Any) -> Any:
+    def _tail(cache: Any, ct: Any) -> Any:
+        # the defect (issue 14): every tensor's tail is taken from a ring, but a float tensor of a
+        # mixed policy keeps none, so its first decode step with a tail raises KRN_NO_RESIDUAL
+        return ct.tail(cache.tail_len)
+
+    return _tail
+
+
 def _ignores_path(orig: Any) -> Any:
     def decoupled_decode(*args: Any, **kwargs: Any) -> Any:
         kwargs["path"] = "streaming"  # the defect: the requested kernel never runs
@@ -482,6 +491,14 @@ MUTANTS = [
         "decode rotates the new token at position length + 1, unlike the forward",
         ("DBA-016",),
         _patch(MODEL, "rope", _decode_rope_shifted),
+    ),
+    Mutant(
+        "dba-mixed-policy-tail-from-ring",
+        "decoupled",
+        "decode reads every tensor's residual tail from a ring, which a float tensor of a policy "
+        "mixing float and quantized tensors does not keep",
+        ("DBA-004", "DBA-016", "KRN-021"),
+        _patch("kernels.decoupled", "_tail", _tail_from_ring_only),
     ),
     Mutant(
         "dba-decode-ignores-path",
