@@ -200,6 +200,37 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
     return QuantizedTensor(kind, qblock, dim, codes, scale16)
 
 
+@implements("QNT-021")
+def check_quantized(qt: QuantizedTensor) -> None:
+    """Refuse codes and scales that ``quantize`` could not have produced for ``qt``'s format:
+    a wrong dtype would be read differently by each implementation (uint8 q8_0 codes are
+    0..255 to torch but -128..127 to Triton), a wrong width out of step with the scales."""
+    want = torch.int8 if qt.kind == "q8_0" else torch.uint8
+    if qt.codes.dtype != want:
+        raise KernelError(
+            "QNT_BAD_DTYPE", f"{qt.kind} codes must be {want}, got {qt.codes.dtype}", field="codes"
+        )
+    if qt.scales.dtype != torch.float16:
+        raise KernelError(
+            "QNT_BAD_DTYPE", f"scales must be torch.float16, got {qt.scales.dtype}", field="scales"
+        )
+    width = qt.pad_dim if qt.kind == "q8_0" else qt.pad_dim // 2
+    lead = tuple(qt.codes.shape[:-1])
+    if tuple(qt.codes.shape[-1:]) != (width,):  # a 0-d tensor has no last dim: refused too
+        raise KernelError(
+            "QNT_BAD_SHAPE",
+            f"{qt.kind}@{qt.qblock} codes of {qt.dim} values must be [..., {width}], "
+            f"got {list(qt.codes.shape)}",
+            field="codes",
+        )
+    if tuple(qt.scales.shape) != (*lead, qt.n_blocks):
+        raise KernelError(
+            "QNT_BAD_SHAPE",
+            f"scales must be {[*lead, qt.n_blocks]}, got {list(qt.scales.shape)}",
+            field="scales",
+        )
+
+
 @implements("QNT-003", "QNT-004")
 def code_values(qt: QuantizedTensor) -> torch.Tensor:
     """The per-element multiplier of the scale, ``[..., pad_dim]`` fp32 (before scaling)."""
@@ -214,6 +245,7 @@ def code_values(qt: QuantizedTensor) -> torch.Tensor:
 @implements("QNT-003", "QNT-004", "QNT-006", "QNT-007")
 def dequantize(qt: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``value · scale`` per element, padding dropped: ``[..., dim]`` in ``dtype``."""
+    check_quantized(qt)
     vals = code_values(qt)
     lead = vals.shape[:-1]
     vals = vals.reshape(*lead, qt.n_blocks, qt.qblock)

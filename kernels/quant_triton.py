@@ -302,6 +302,7 @@ def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTen
 @implements("QNT-003", "QNT-004", "QNT-006", "QNT-007")
 def dequantize(qt: quant.QuantizedTensor) -> torch.Tensor:
     """Triton twin of :func:`kernels.quant.dequantize` (fp32)."""
+    quant.check_quantized(qt)
     lead = tuple(qt.codes.shape[:-1])
     codes = _rows(qt.codes, qt.codes.shape[-1])
     scales = _rows(qt.scales, qt.n_blocks)

@@ -39,6 +39,7 @@ class GqaCase:
     head_dim: int = 16
     n_kv: int = 40
     kv_size: int = 64
+    v_head_dim: int | None = None  # None: head_dim
     n_stream: int = 2
     stream: int = 1
     dtype: str = "float32"
@@ -66,8 +67,9 @@ def build_gqa(case: GqaCase) -> GqaInputs:
     g = _gen(case.seed)
     dt = getattr(torch, case.dtype)
     shape = (case.n_stream, case.kv_size, case.n_head_kv, case.head_dim)
+    dv = case.head_dim if case.v_head_dim is None else case.v_head_dim
     k_store = torch.randn(shape, generator=g).to(dt)
-    v_store = torch.randn(shape, generator=g).to(dt)
+    v_store = torch.randn((*shape[:3], dv), generator=g).to(dt)
     k_store, v_store = k_store.to(DEVICE), v_store.to(DEVICE)
     k = k_store[case.stream, : case.n_kv]  # a view: strided by stream, row-major inside
     v = v_store[case.stream, : case.n_kv]
@@ -167,12 +169,15 @@ def oracle_inputs(cache: Any, null: NullKV | None) -> _oracle.DecoupledInputs:
                 fmt.qblock,
                 ct.dim,
             )
+            # the tail of a quantized tensor is its fp16 ring, which only a cache without a tail
+            # may lack (else the oracle would silently attend fewer tokens than the cache holds)
+            assert ct.ring is not None or cache.tail_len == 0, "a quantized tail without a ring"
             tail = (
                 ct.ring[:, : cache.tail_len].double().cpu().numpy()
                 if ct.ring is not None
                 else np.zeros((cache.batch, 0, ct.dim))
             )
-        else:
+        else:  # a float tensor keeps no ring, in a mixed policy too: its buffer holds the tail
             assert ct.buf is not None
             pre = ct.buf[:, :n_pre].double().cpu().numpy()
             tail = ct.buf[:, n_pre : cache.length].double().cpu().numpy()

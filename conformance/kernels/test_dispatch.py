@@ -42,6 +42,8 @@ INELIGIBLE = [
         "ksem=q4_0@32,kgeo=q4_0@32,v=q4_0@32,resid=0", (16, 32, 64), "policy", id="q4-kgeo"
     ),
     pytest.param("ksem=fp16,kgeo=fp16,v=fp16,resid=0", (16, 32, 64), "policy", id="fp16"),
+    # float and quantized tensors with a residual: the float ones keep no ring (DBA-004)
+    pytest.param("ksem=q8_0@32,kgeo=fp16,v=fp32,resid=8", (16, 32, 64), "policy", id="mixed-float"),
     pytest.param(
         "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 12), "power of two", id="dv12"
     ),
@@ -154,6 +156,8 @@ def _assert_counts(record: Any, keys: int, partition_size: int, launches: int) -
     detail = dict(record.detail)
     if record.path in ("torch", "streaming"):
         assert detail.get("launches", 0) == 0, f"{record.path} records launches: {detail}"
+        # no Triton kernel ran, so none ran through the interpreter either
+        assert not getattr(record, "interpreter", False), f"{record.path} claims the interpreter"
         return
     want = 0 if record.path == "triton-1pass" else -(-keys // partition_size)
     assert detail.get("partitions") == want, f"{record.path}: {detail}, want {want} partitions"
@@ -215,6 +219,8 @@ def test_decoupled_records_count_their_launches(
 GQA_INELIGIBLE = [
     pytest.param({"dtype": "float64"}, "dtype", id="float64"),
     pytest.param({"head_dim": 512, "n_kv": 12}, "head dim", id="head-dim-512"),
+    # the limit holds for V's head dim too, not only Q/K's (each kernel tile spans both)
+    pytest.param({"head_dim": 16, "v_head_dim": 512, "n_kv": 12}, "head dim", id="v-head-dim-512"),
     pytest.param({"n_head": 130, "n_head_kv": 2, "n_kv": 12}, "group", id="group-65"),
 ]
 

@@ -73,6 +73,19 @@ def test_q4_0_packs_the_even_element_in_the_high_nibble(
         assert scales.tolist() == [[1.0]]
 
 
+@pytest.mark.invariant("QNT-003")
+def test_nf4_ties_go_to_the_lower_level(target: Any, impls: tuple[str, ...]) -> None:
+    # amax 1 -> Δ = 1, so x/Δ is each fp32 midpoint itself: an exact tie between levels i and
+    # i + 1 must give index i. The last element (1.0) is level 15.
+    x = np.concatenate([oracle.NF4_MID, np.ones(1, np.float32)])[None, :]
+    want = [*range(16)]  # midpoint i -> level i; 1.0 -> level 15
+    for impl in impls:
+        codes, scales = _quantize(target, x, "nf4", 16, impl)
+        assert scales.tolist() == [[1.0]], f"{impl}: {scales}"
+        got = np.stack([codes[0] >> 4, codes[0] & 0xF], axis=-1).reshape(-1).tolist()
+        assert got == want, f"{impl}: nf4 indices {got} != {want}"
+
+
 @pytest.mark.invariant("QNT-004")
 @ks.kernel_settings(25)
 @given(case=qs.quant_inputs())
@@ -245,3 +258,52 @@ def test_a_vector_of_no_values_raises(target: Any, impls: tuple[str, ...], kind:
         for x in (torch.zeros(2, 0), torch.tensor(1.0)):  # zero values per token; no vector
             with raises_code("QNT_BAD_SHAPE", exc=EngineError, what=f"{impl} {tuple(x.shape)}"):
                 target.kv_quantize(x, kind, 16, impl)
+
+
+def _u8(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.uint8)
+
+
+_ONE = torch.ones(1, 1, dtype=torch.float16)  # the scale of one block
+
+# (kind, codes, scales, code, field) for 32 values in one block of 32: each spoils one thing
+BAD_CODES = [
+    pytest.param("q8_0", _u8(1, 32), _ONE, "QNT_BAD_DTYPE", "codes", id="q8_0-uint8-codes"),
+    pytest.param("q4_0", torch.zeros(1, 16), _ONE, "QNT_BAD_DTYPE", "codes", id="float-codes"),
+    pytest.param(
+        "nf4", torch.zeros(1, 16, dtype=torch.int8), _ONE, "QNT_BAD_DTYPE", "codes", id="nf4-int8"
+    ),
+    pytest.param("q4_0", _u8(1, 16), torch.ones(1, 1), "QNT_BAD_DTYPE", "scales", id="fp32-scale"),
+    pytest.param("q4_0", _u8(1, 32), _ONE, "QNT_BAD_SHAPE", "codes", id="q4_0-one-code-a-byte"),
+    pytest.param(
+        "q8_0", torch.zeros(1, 16, dtype=torch.int8), _ONE, "QNT_BAD_SHAPE", "codes", id="q8_0-half"
+    ),
+    pytest.param(
+        "nf4",
+        _u8(1, 16),
+        torch.ones(1, 2, dtype=torch.float16),
+        "QNT_BAD_SHAPE",
+        "scales",
+        id="two-scales",
+    ),
+    pytest.param("q4_0", _u8(2, 16), _ONE, "QNT_BAD_SHAPE", "scales", id="rows-disagree"),
+    pytest.param(
+        "q8_0", torch.tensor(0, dtype=torch.int8), _ONE, "QNT_BAD_SHAPE", "codes", id="0-d"
+    ),
+]
+
+
+@pytest.mark.invariant("QNT-021")
+@pytest.mark.parametrize("kind,codes,scales,code,field", BAD_CODES)
+def test_dequantize_refuses_codes_quantize_cannot_give(
+    target: Any,
+    impls: tuple[str, ...],
+    kind: str,
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    code: str,
+    field: str,
+) -> None:
+    for impl in impls:
+        with raises_code(code, field=field, exc=EngineError, what=impl):
+            target.kv_dequantize(codes, scales, kind, 32, 32, impl)

@@ -72,6 +72,20 @@ def test_q4_0_nibbles_hold_elements_j_and_j_plus_16(target: Any, impls: tuple[st
         assert got[2:].tolist() == expected, f"{impl}: {[hex(b) for b in got[2:]]}"
 
 
+@pytest.mark.invariant("QNT-010")
+def test_q4_0_rounds_the_product_before_adding_8_5(target: Any, impls: tuple[str, ...]) -> None:
+    # m = -24 -> d = 3 and 1/d = fp32(1/3), a little above a third: x·(1/d) for x = -22.5
+    # is -7.50000015, which rounds to -7.5 in fp32, so q = trunc(-7.5 + 8.5) = 1. A fused
+    # multiply-add (one rounding) gives 0.99999985 and q = 0: the kernels must not fuse (on a
+    # GPU; Triton's CPU interpreter never fuses). Likewise -19.5, -16.5, -13.5 -> 2, 3, 4.
+    x = np.zeros((1, 32), dtype=np.float32)
+    x[0, :5] = [-24.0, -22.5, -19.5, -16.5, -13.5]
+    _check_against_gguf(target, impls, x, "Q4_0")
+    for impl in impls:
+        got = target.ggml_quantize(torch.from_numpy(x), "Q4_0", impl).cpu().numpy()[0]
+        assert (got[2:7] & 0xF).tolist() == [0, 1, 2, 3, 4], f"{impl}: {got[2:7].tolist()}"
+
+
 @pytest.mark.invariant("QNT-011")
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
 @pytest.mark.parametrize("shape", [(2, 40), (40,)])

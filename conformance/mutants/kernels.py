@@ -202,6 +202,21 @@ def _two_pass_counts_nothing(target: Any) -> Any:
     return target
 
 
+def _reference_path_claims_interpreter(target: Any) -> Any:
+    import dataclasses
+
+    from kernels import dispatch
+
+    original = dispatch.emit
+
+    def emit(record: Any, trace: Any) -> None:
+        # the defect: every record says a kernel ran through the interpreter, torch's included
+        original(dataclasses.replace(record, interpreter=True), trace)
+
+    replace("kernels.dispatch", "emit", emit)
+    return target
+
+
 # --------------------------------------------------------------------------------------------
 # GQA kernels and reference
 # --------------------------------------------------------------------------------------------
@@ -251,6 +266,13 @@ D = "kernels.decoupled_triton"
 G = "kernels.gqa_triton"
 
 MUTANTS = [
+    Mutant(
+        "krn-reference-path-claims-interpreter",
+        "kernels",
+        "every dispatch record sets interpreter, also on the torch and streaming paths",
+        ("KRN-024",),
+        _reference_path_claims_interpreter,
+    ),
     Mutant(
         "krn-two-pass-counts-no-partition",
         "kernels",

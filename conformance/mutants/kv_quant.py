@@ -120,6 +120,20 @@ def _blocks_inferred(target: Any) -> Any:
     return target
 
 
+def _codes_dtype_unchecked(target: Any) -> Any:
+    from kernels import quant
+
+    original = quant.check_quantized
+
+    def check_quantized(qt: Any) -> None:
+        # the defect: codes of any dtype are read (shapes and the scales' dtype still checked)
+        want = torch.int8 if qt.kind == "q8_0" else torch.uint8
+        original(quant.QuantizedTensor(qt.kind, qt.qblock, qt.dim, qt.codes.to(want), qt.scales))
+
+    replace("kernels.quant", "check_quantized", check_quantized)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "qnt-nibbles-low-first",
@@ -176,5 +190,12 @@ MUTANTS = [
         "per-token quantization infers the block count from the elements, so zero tokens fail",
         ("QNT-020",),
         _blocks_inferred,
+    ),
+    Mutant(
+        "qnt-codes-dtype-unchecked",
+        "kv_quant",
+        "dequantization reads codes of any dtype (uint8 q8_0 codes, float codes) without refusing",
+        ("QNT-021",),
+        _codes_dtype_unchecked,
     ),
 ]
