@@ -191,6 +191,8 @@ class Model:
         raises RuntimeError when the library cannot be built, ValueError naming the reason
         when the model is not supported)."""
         if self._native is None:
+            if self.weights.vocab_only:  # no tensors to point the C step at (it would crash)
+                raise ValueError("the model was loaded vocab_only: it has no tensors")
             if self.graph.attention is not llama.sdpa_attention:
                 raise ValueError("the model was built with its own attention function")
             if self.hparams.encoder_only:

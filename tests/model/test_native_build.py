@@ -137,3 +137,19 @@ def test_worker_threads_survive_a_fork() -> None:
         os.waitpid(pid, 0)
         pytest.fail("the forked child's step did not finish in 60 s")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_a_vocab_only_model_has_no_native_step() -> None:
+    """A vocab-only model has no tensors for the C step to read (it crashed the process on the
+    first decode): the step is refused, so a decode context falls back to the torch path,
+    whose forward refuses the model (decode returns -3 with MODEL_VOCAB_ONLY as the cause)."""
+    from reference_impl.batch import Batch
+    from reference_impl.decoder import Context, ContextParams
+
+    model = Model.from_gguf(fixture_path("mha"), vocab_only=True)
+    with pytest.raises(ValueError, match="vocab_only"):
+        model.native_step()
+    ctx = Context(model, ContextParams(n_ctx=64, n_batch=16, n_ubatch=16))
+    assert ctx.native_step is None
+    assert ctx.decode(Batch.from_lists([1, 2, 3])) == -3
+    assert "MODEL_VOCAB_ONLY" in str(ctx.last_error)
