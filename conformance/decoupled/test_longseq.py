@@ -26,6 +26,12 @@ def test_config_fields_are_explicit(target: Any) -> None:
         target.decoupled_model({**LONG, "mem_blok": 8}, seed=0)
     with raises_code("DBA_BAD_CONFIG", field="summarizer"):
         target.decoupled_model({**LONG, "summarizer": "max"}, seed=0)
+    # a value of the wrong type names its field: a bool is no number, a number no bool
+    for key, value in (("n_layer", True), ("rope_base", "1e4"), ("q_chunk", "8"),
+                       ("null_attn", 1), ("summarizer", 0)):  # fmt: skip
+        with raises_code("DBA_BAD_CONFIG", field=key):
+            target.decoupled_model({**LONG, key: value}, seed=0)
+    assert target.decoupled_model({**LONG, "rope_base": 500}, seed=0).config["rope_base"] == 500
 
 
 @pytest.mark.invariant("DBA-008")
@@ -75,6 +81,9 @@ def _local_checkpoint(target: Any, path: Path) -> None:
     model.save(str(path))
 
 
+DRIFT_ROWS = ("Max-abs logit diff", "NLL exact / approx", "Delta NLL", "PPL ratio", "Drift")
+
+
 def _drift(target: Any, path: Path, mask: str) -> dict[str, str]:
     argv = ["drift", "--checkpoint", str(path), "--length", "64", "--mask", mask]
     rc, out, err = target.decoupled_runner(argv)
@@ -84,6 +93,9 @@ def _drift(target: Any, path: Path, mask: str) -> dict[str, str]:
         if line.startswith("  ") and " : " in line:
             key, value = line.strip().split(" : ", 1)
             rows[key.strip()] = value
+    # the report printed before the summary: one `<name>: <value>` line per drift row
+    report = out.split("Run summary", 1)[0].splitlines()
+    assert report == [f"{k}: {rows[k]}" for k in DRIFT_ROWS], out
     return rows
 
 

@@ -199,6 +199,35 @@ def test_layer_output_is_one_projection_of_the_attention(target: Any) -> None:
         assert_close(want, parts["out"], atol=ATOL, rtol=RTOL, what=f"layer {layer} out")
 
 
+# -- DBA-027: the blocks around the attention -------------------------------------------------
+
+
+def _rms(x: np.ndarray, w: torch.Tensor, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * M.f64(w)
+
+
+@pytest.mark.invariant("DBA-027")
+def test_forward_is_pre_norm_blocks_with_a_bias_free_silu_mlp(target: Any) -> None:
+    """The logits from the embedding, each layer's attention output (``inspect``) and a float64
+    oracle of the residual stream, the MLP and the final norm: a bias anywhere shows."""
+    model = target.decoupled_model(M.TINY, seed=15)
+    w = model.weights()
+    M.perturb(w, {f"blocks.{i}.{n}_norm.weight": 0.5 for i in (0, 1) for n in ("attn", "ffn")}, 9)
+    model.load_weights(w)
+    eps = model.config["norm_eps"]
+    toks = M.tokens(2, 5, seed=10)
+    h = M.f64(w["embed.weight"])[np.asarray(toks)]
+    for i in range(2):
+        parts = model.inspect(toks, i)
+        assert_close(_rms(h, w[f"blocks.{i}.attn_norm.weight"], eps), parts["x"], atol=ATOL,
+                     rtol=RTOL, what=f"layer {i} normed input")  # fmt: skip
+        h = h + M.f64(parts["out"])
+        u = _rms(h, w[f"blocks.{i}.ffn_norm.weight"], eps) @ M.f64(w[f"blocks.{i}.up.weight"]).T
+        h = h + (u * M.sigmoid(u)) @ M.f64(w[f"blocks.{i}.down.weight"]).T
+    want = _rms(h, w["final_norm.weight"], eps) @ M.f64(w["lm_head.weight"]).T
+    assert_close(want, model.logits(toks), atol=ATOL, rtol=RTOL, what="logits")
+
+
 # -- DBA-012: checkpoints ----------------------------------------------------------------------
 
 

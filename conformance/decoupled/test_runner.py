@@ -79,6 +79,10 @@ def test_legacy_kv_flags_get_a_kv_policy_hint(target: Any, flag: str) -> None:
     assert rc == 2 and "--frobnicate" in err and "--kv-policy" not in err, err
     rc, out, _ = target.decoupled_runner(["score", "--help"])
     assert rc == 0 and "--kv-policy" in out
+    # no flag may be abbreviated, the command's or the top level's
+    for argv in ([*SCORE, "--kv-p", "ksem=fp16,kgeo=fp16,v=fp16,resid=0"], ["--he", *SCORE]):
+        rc, out, err = target.decoupled_runner(argv)
+        assert rc == 2 and out == "" and "unrecognized arguments" in err, (argv, rc, err)
 
 
 @pytest.mark.invariant("DBA-015")

@@ -119,6 +119,7 @@ def test_decode_steps_feed_each_active_sequence_its_previous_choice(
     prompts = [prompt(4), prompt(7, start=9), prompt(2, start=50)]
     res = run(gen, prompts=prompts, max_tokens=[5, 3, 6])
     prev = steps(res, "prefill")[0]
+    assert prev.kv_after == {s: (0, len(prompts[s]) - 1) for s in range(3)}
     step_batches = rec.batches[len(prev.calls) :]  # the decode calls the steps really made
     assert len(step_batches) == len(steps(res))
     pos = {s: len(prompts[s]) - 1 for s in range(3)}
@@ -136,6 +137,10 @@ def test_decode_steps_feed_each_active_sequence_its_previous_choice(
         for s in st.active:
             assert st.fed[s] == [(prev.chosen[s], pos[s] + 1)]
             pos[s] += 1
+        # the memory around the step: as the previous record left it, then one token further
+        # for each active sequence, for every sequence of the request
+        assert st.kv_before == prev.kv_after, f"step {st.step}: kv_before"
+        assert st.kv_after == {s: (0, pos[s]) for s in range(3)}, f"step {st.step}: kv_after"
         prev = st
     for s in range(3):
         chosen = [st.chosen[s] for st in res.trace if s in st.chosen]

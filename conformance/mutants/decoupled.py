@@ -393,6 +393,33 @@ def _session_config_dropped(orig: Any) -> Any:
     return __init__
 
 
+def _mlp_gelu(_orig: Any) -> Any:
+    def mlp(self: Any, x: torch.Tensor) -> torch.Tensor:
+        # the defect: a GELU MLP where the block's is SiLU (DBA-027)
+        return x + self.down(torch.nn.functional.gelu(self.up(self.ffn_norm(x))))
+
+    return mlp
+
+
+def _top_level_abbrev(orig: Any) -> Any:
+    def build_parser() -> argparse.ArgumentParser:
+        p = orig()
+        p.allow_abbrev = True  # the defect: `--he` is taken for --help (DBA-014)
+        return p
+
+    return build_parser
+
+
+def _drift_report_without_verdict(target: Any) -> Any:
+    from reference_impl.decoupled.drift import DriftReport
+
+    def render(self: DriftReport) -> str:  # the defect: the Drift line is not printed
+        return "\n".join(f"{k}: {v}" for k, v in self.rows() if k != "Drift")
+
+    DriftReport.render = render  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -590,5 +617,26 @@ MUTANTS = [
         "a session ignores the threshold and partition size it was started with",
         ("DBA-026",),
         _patch_method("DecodeSession", "__init__", _session_config_dropped),
+    ),
+    Mutant(
+        "dba-mlp-gelu",
+        "decoupled",
+        "a block's MLP applies GELU instead of SiLU",
+        ("DBA-027",),
+        _patch_method("Block", "mlp", _mlp_gelu),
+    ),
+    Mutant(
+        "dba-top-level-flag-abbreviated",
+        "decoupled",
+        "the runner's top-level parser accepts abbreviations, so --he is taken for --help",
+        ("DBA-014",),
+        _patch(RUNNER, "build_parser", _top_level_abbrev),
+    ),
+    Mutant(
+        "dba-drift-report-without-verdict",
+        "decoupled",
+        "the drift command's stdout report leaves out its Drift line",
+        ("DBA-009",),
+        _drift_report_without_verdict,
     ),
 ]

@@ -264,6 +264,22 @@ def _default_seed_one(target: Any) -> Any:
     return target
 
 
+def _decode_kv_after_stale(target: Any) -> Any:
+    from reference_impl.generator import Generator
+
+    original = Generator.generate
+
+    def generate(self: Generator, req: Any) -> Any:
+        res = original(self, req)
+        for st in res.trace:  # the defect: a decode step records the memory before it as after
+            if st.phase == "decode":
+                st.kv_after = dict(st.kv_before)
+        return res
+
+    Generator.generate = generate  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "gen-stop-token-returned",
@@ -349,5 +365,12 @@ MUTANTS = [
         "a decode call that fails in prefill raises GEN_DECODE_FAILED with index 1, not 0",
         ("GEN-010",),
         _prefill_error_index_one,
+    ),
+    Mutant(
+        "gen-decode-kv-after-stale",
+        "generator",
+        "a decode step's kv_after repeats its kv_before instead of the memory after the step",
+        ("GEN-013",),
+        _decode_kv_after_stale,
     ),
 ]

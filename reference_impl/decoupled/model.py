@@ -238,6 +238,7 @@ class DecoupledAttention(nn.Module):
         return exact_attention(p.q_sem, p.q_geo, k_sem, k_geo, v, self.null_kv(), order, order)
 
 
+@implements("DBA-027")
 class Block(nn.Module):
     def __init__(self, cfg: DecoupledConfig) -> None:
         super().__init__()
