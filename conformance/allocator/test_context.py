@@ -30,6 +30,10 @@ def test_buffers_split_at_the_maximum_size(target: Any) -> None:
     assert got.buffer_sizes == (16, 16, 8, 24)
     assert got.placements == {"a": (0, 0), "b": (0, 8), "c": (1, 0), "d": (2, 0), "e": (3, 0)}
     assert target.allocator_ctx_tensors_size(tensors, buft) == 64
+    # alignment 1: a buffer holding a single byte is already non-empty, so it closes too
+    tiny = [_t("a", 1), _t("b", 16)]
+    got = target.allocator_ctx_tensors(tiny, BufferType("dummy", 1, 16))
+    assert got.buffer_sizes == (1, 16) and got.placements == {"a": (0, 0), "b": (1, 0)}
 
 
 @pytest.mark.invariant("ALLOC-032")

@@ -91,3 +91,6 @@ def test_linear_size_overflow(target: Any) -> None:
     with raises_code("ALLOC_OVERFLOW", what="SIZE_MAX - 3 rounded up to 16"):
         ta.alloc("huge", SIZE_MAX - 3)
     assert ta.offset == 0
+    # a round-up that lands exactly on SIZE_MAX does not overflow: it fills the whole buffer
+    whole = target.allocator_linear(SIZE_MAX, 1)
+    assert whole.alloc("all", SIZE_MAX) == 0 and whole.offset == SIZE_MAX

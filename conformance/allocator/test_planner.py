@@ -362,6 +362,8 @@ def test_when_a_new_plan_is_needed(target: Any) -> None:
         [inp("x", 4), f32("w", 1, has_data=True), out(f32("y", 4, "ADD", "x", "w"))], ["y"]
     )
     assert not _stale(target, lighter, heavy), "a tensor with data is never checked"
+    lost = build_graph([inp("x", 4), inp("w", 4), out(f32("y", 4, "ADD", "x", "w"))], ["y"])
+    assert _stale(target, heavy, lost), "w had data when planned: its entry has buffer id -1"
     wide = build_graph(
         [inp("x", 8), view("v", 8, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"]
     )
@@ -369,6 +371,11 @@ def test_when_a_new_plan_is_needed(target: Any) -> None:
         [inp("x", 8), view("v", 2, "x", "x", 0), out(f32("y", 2, "MEAN", "v"))], ["y"]
     )
     assert not _stale(target, narrow, wide), "a view is never checked"
+    # the same position held a view when planned and holds a plain tensor now
+    unviewed = build_graph(
+        [inp("x", 8), f32("v", 2, "CPY", "x"), out(f32("y", 2, "MEAN", "v"))], ["y"]
+    )
+    assert _stale(target, wide, unviewed), "a view's entry has buffer id -1"
 
 
 @pytest.mark.invariant("ALLOC-029")

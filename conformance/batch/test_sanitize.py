@@ -108,6 +108,7 @@ def test_shape_errors(target: Any, case_code: tuple[BatchCase, str]) -> None:
         ({"token": np.array([1, 2], np.int32), "seq_id": np.zeros((2, 0), np.int32)}, "seq_id"),
         ({"token": np.array([1, 2], np.int32), "logits": np.array([0.5, 1.0])}, "logits"),
         ({"token": np.array([1, 2], np.int32), "pos": np.array([0, 2**40])}, "pos"),
+        ({"token": np.array([1, 2], np.int32), "pos": np.array([0, -(2**31) - 1])}, "pos"),
     ],
 )
 def test_shape_examples(target: Any, fields: dict[str, Any], field: str) -> None:
@@ -444,6 +445,9 @@ def test_continuity_examples(target: Any) -> None:
     _ok(target, Batch.from_lists([1, 2, 3], pos=[0, 0, 1]))
     _ok(target, Batch.from_lists([1, 2, 3, 4], pos=[5, 5, 6, 6]))
     assert_code(_err(target, Batch.from_lists([1, 2, 3], pos=[0, 3, 1])), "SAN_POS_GAP", index=1)
+    # the gap is in the second sequence, whose first position is above the first's last one
+    two = Batch.from_lists([1, 2, 3], pos=[0, 1, 3], seq_ids=[[0], [1], [1]])
+    assert_code(_err(target, two), "SAN_POS_GAP", index=2, seq_id=1)
 
 
 @pytest.mark.invariant("SAN-017")
@@ -679,3 +683,18 @@ def test_error_records(target: Any, case_code: tuple[BatchCase, str]) -> None:
     if has_index:
         assert 0 <= e.index < case.batch.n_tokens
     assert e.message and code in str(e)
+
+
+@pytest.mark.invariant("SAN-026")
+def test_memory_error_message_states_the_rule(target: Any) -> None:
+    """The SAN_POS_MEMORY message gives X, Y and the rule broken, in llama.cpp's words."""
+    mem = RangeMemory({0: (0, 9)})
+    embd = Batch(embd=np.zeros((1, 2), np.float32), pos=np.array([[8], [1], [1], [0]], np.int32))
+    for batch, n_pos, y, rule in (
+        (Batch.from_lists([1, 2], pos=[11, 12]), 1, 11, "Y = X + 1"),
+        (Batch.from_lists([1, 2], pos=[9, 10]), 4, 9, "X < Y"),
+        (embd, 4, 8, "X <= Y"),
+    ):
+        e = _err(target, batch, memory=mem, n_pos_per_embd=n_pos)
+        assert_code(e, "SAN_POS_MEMORY", field="pos", index=0, seq_id=0)
+        assert "X = 9" in str(e) and f"Y = {y}" in str(e) and rule in str(e), str(e)

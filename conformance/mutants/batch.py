@@ -51,6 +51,18 @@ def _output_all_ignored(t: Any) -> Any:
     return t
 
 
+def _memory_message_mrope_rule(t: Any) -> Any:
+    import reference_impl.batch.sanitize as mod
+
+    original = mod._memory_error
+
+    def _memory_error(view: Any, g: int, x: int, y: int, *, mrope: bool, token: bool) -> Any:
+        return original(view, g, x, y, mrope=True, token=token)
+
+    replace(SAN, "_memory_error", _memory_error)
+    return t
+
+
 def _decreasing_accepted(t: Any) -> Any:
     replace(SAN, "check_decreasing", lambda view: None)
     return t
@@ -626,6 +638,13 @@ MUTANTS = [
         kills=("SAN-015", "SAN-017"),
         apply=_memory_ignored,
         black_box=True,
+    ),
+    Mutant(
+        "san-memory-message-wrong-rule",
+        "batch",
+        "the SAN_POS_MEMORY message states the M-RoPE rule X < Y for standard positions",
+        kills=("SAN-026",),
+        apply=_memory_message_mrope_rule,
     ),
     Mutant(
         "san-diverged-accepted",

@@ -335,6 +335,7 @@ def check_continuity(view: _SeqView, pmin: np.ndarray, pmax: np.ndarray) -> np.n
     return np.asarray(pmax - pmin + 1 > distinct)
 
 
+@implements("SAN-026")
 def _memory_error(view: _SeqView, g: int, x: int, y: int, *, mrope: bool, token: bool) -> Exception:
     a, b = int(view.starts[g]), int(view.ends[g])
     i = int(view.token[a + int(np.argmax(view.pos[a:b] == y))])
