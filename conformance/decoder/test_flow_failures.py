@@ -11,6 +11,7 @@ import pytest
 
 from conformance.assertions import assert_code, assert_nmse, nmse, raises_code, unchanged
 from conformance.decoder.helpers import batch, invalid, memory_view, prompt
+from reference_impl.batch.types import Batch
 
 pytestmark = pytest.mark.requires("decoder.logits")
 
@@ -160,6 +161,18 @@ def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> 
     assert ctx.encode(batch(prompt(5))) == -1
     assert_code(ctx.last_error, "DEC_UBATCH_TOO_SMALL")
     assert ctx.encode(batch(prompt(4))) == 0
+
+
+@pytest.mark.invariant("DEC-015")
+@pytest.mark.requires("decoder.errors", "decoder.encode_with_memory", "decoder.memory_ops")
+def test_empty_encode_is_invalid_and_changes_nothing(new_ctx: Callable[..., Any]) -> None:
+    ctx = new_ctx(n_batch=16, n_ubatch=16)
+    assert ctx.encode(batch(prompt(3))) == 0
+    want = ctx.get_logits()
+    with unchanged(lambda: memory_view(ctx), "memory"):
+        assert ctx.encode(Batch.from_lists([])) == -1
+    assert_code(ctx.last_error, "DEC_EMPTY_BATCH", field="n_tokens")
+    assert np.array_equal(ctx.get_logits(), want)
 
 
 @pytest.mark.invariant("OUT-033")

@@ -14,6 +14,7 @@ from conformance.decoder.helpers import batch, invalid, prompt
 from conformance.fixtures.gguf_models import fixture_path
 from conformance.model import oracle
 from reference_impl.decoder.pooling import PoolingType
+from reference_impl.memory.status import ComputeStatus
 
 pytestmark = pytest.mark.requires("decoder.embeddings")
 
@@ -153,6 +154,20 @@ def test_pooled_embeddings_cover_exactly_the_last_batch(new_ctx: Callable[..., A
     assert ctx.decode(batch(prompt(2), seqs=[[1], [1]], pos=[3, 4])) == 0
     assert not invalid(lambda: ctx.get_embeddings_seq(1))
     assert invalid(lambda: ctx.get_embeddings_seq(0)) and invalid(lambda: ctx.get_embeddings_seq(2))
+
+
+@pytest.mark.requires("decoder.logits", "decoder.pooling", "decoder.faults", "decoder.errors")
+@pytest.mark.invariant("OUT-022", "OUT-030")
+def test_failed_decode_leaves_no_pooled_embedding(new_ctx: Callable[..., Any], target: Any) -> None:
+    # 8 tokens of two sequences in two ubatches: ubatch 0 completes and stores pooled values,
+    # then ubatch 1 fails
+    ctx = new_ctx(n_batch=16, n_ubatch=4, n_seq_max=2, embeddings=True, pooling=MEAN)
+    two = batch(prompt(8), seqs=[[i // 4] for i in range(8)], pos=[i % 4 for i in range(8)])
+    target.inject_failure(ctx, 1, ComputeStatus.FAILED)
+    assert ctx.decode(two) == -3
+    for s in (0, 1):  # not even a sequence pooled by the ubatch that completed
+        with raises_code("OUT_NO_EMBEDDINGS", seq_id=s, what=f"get_embeddings_seq({s})"):
+            ctx.get_embeddings_seq(s)
 
 
 @pytest.mark.invariant("OUT-031", "OUT-032")

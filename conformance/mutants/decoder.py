@@ -673,6 +673,38 @@ def _ith_accessor_skips_swaps(target: Any) -> Any:
     return target
 
 
+def _failed_ubatch_keeps_pooled(target: Any) -> Any:
+    """A failed ubatch leaves the pooled embeddings of the ubatches before it readable."""
+    from reference_impl.decoder.context import Context
+
+    original = Context._ubatch_failed
+
+    def _ubatch_failed(self: Context, ub: Any, result: Any) -> Any:
+        kept = dict(self.embd_seq)
+        try:
+            original(self, ub, result)
+        finally:
+            self.embd_seq.update(kept)
+
+    Context._ubatch_failed = _ubatch_failed  # type: ignore[method-assign]
+    return target
+
+
+def _empty_encode_reaches_sanitizer(target: Any) -> Any:
+    """An empty encode batch is refused by the batch sanitizer (SAN_EMPTY), not DEC_EMPTY_BATCH."""
+    from reference_impl.decoder.context import Context
+
+    original = Context._sanitize_for_encode
+
+    def _sanitize_for_encode(self: Context, batch: Any) -> Any:
+        if batch.n_tokens == 0:
+            self._run_sanitizer(batch, memory=None, output_all=True)
+        return original(self, batch)
+
+    Context._sanitize_for_encode = _sanitize_for_encode  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "dec-sampled-not-reordered",
@@ -1028,5 +1060,19 @@ MUTANTS = [
         "a compiler that fails after writing its output leaves that file in the build cache",
         ("DEC-063",),
         _failed_build_leaves_its_output,
+    ),
+    Mutant(
+        "dec-failed-ubatch-keeps-pooled",
+        "decoder",
+        "a failed ubatch leaves the pooled embeddings of the ubatches before it readable",
+        ("OUT-022",),
+        _failed_ubatch_keeps_pooled,
+    ),
+    Mutant(
+        "dec-empty-encode-sanitizer-code",
+        "decoder",
+        "an empty encode batch is refused with the sanitizer's SAN_EMPTY, not DEC_EMPTY_BATCH",
+        ("DEC-015",),
+        _empty_encode_reaches_sanitizer,
     ),
 ]
