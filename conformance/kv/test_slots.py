@@ -74,6 +74,10 @@ def test_find_slot_contiguous(target: Any) -> None:
     c.seq_rm(0, 0, 1)  # frees cell 0, head -> 0: the run 0, 1 comes first
     assert list(c.find_slot(run_of(0, 8, 2), True).idxs[0]) == [0, 1]
     assert cells(c)[2] == (2, (0,))
+    # A window ending exactly at the last cell does not pass the end: it is taken.
+    e = target.new_kv_cache(kv_size=8)
+    place_run(e, 0, 0, 6)  # cells 0..5, head 6
+    assert list(e.find_slot(run_of(0, 6, 2), True).idxs[0]) == [6, 7]
 
 
 @pytest.mark.invariant("KV-006", "KV-004")
@@ -140,8 +144,9 @@ def test_bad_slots(target: Any) -> None:
     expect_code(c, "KV_STREAM_RANGE", c.apply_ubatch, bad, ub0)
     u = target.new_kv_cache(kv_size=6, n_seq_max=2, unified=True)
     place(u, ubatch_from_lists([0], [[0, 1]]))
-    shared = type(good)(strm=(0,), idxs=((0,),))
-    expect_code(u, "KV_SLOT_MISMATCH", u.apply_ubatch, shared, run_of(0, 1, 1))
+    # The error's index is the slot position of the shared cell (here the second slot cell).
+    shared = type(good)(strm=(0,), idxs=((1, 0),))
+    expect_code(u, "KV_SLOT_MISMATCH", u.apply_ubatch, shared, run_of(0, 1, 2), index=1)
 
 
 @pytest.mark.invariant("KV-009", "KV-010")
@@ -160,6 +165,20 @@ def test_apply_then_restore(target: Any) -> None:
         assert stream(c).head == list(slots[1].idxs[0])[-1] + 1
         for u in reversed(undos):
             c.restore(u)
+
+
+@pytest.mark.invariant("KV-010")
+@pytest.mark.requires("kv.cache")
+def test_restore_puts_back_the_shift_flag(target: Any) -> None:
+    """A shift of only the cells a ubatch wrote, then the restore: the cache is as before the
+    apply, with no pending shift left (the flag comes from the undo record)."""
+    c = target.new_kv_cache(kv_size=4)
+    with unchanged_cache(c, "the cache after apply, shift and restore"):
+        ub = run_of(0, 0, 2)
+        undo = c.apply_ubatch(c.find_slot(ub), ub)
+        c.seq_add(0, 0, -1, 3)
+        assert stream(c).has_shift
+        c.restore(undo)
 
 
 @pytest.mark.invariant("KV-009")

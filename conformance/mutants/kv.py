@@ -330,6 +330,65 @@ def _mask_blocks_reversed(target: Any) -> Any:
     return target
 
 
+def _restore_keeps_shift_flag(target: Any) -> Any:
+    """Restoring an undo record leaves the shift flags as they are now."""
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache.restore
+
+    def restore(self: KVCache, undo: Any) -> None:
+        flags = [c.has_shift for c in self.cells]
+        original(self, undo)
+        for c, flag in zip(self.cells, flags):
+            c.has_shift = flag
+
+    KVCache.restore = restore  # type: ignore[method-assign]
+    return target
+
+
+def _cont_skips_end_window(target: Any) -> Any:
+    """The contiguous search restarts at cell 0 when a window would end at the last cell."""
+    from reference_impl.kv.cache import KVCache
+
+    def scan_cont(self: KVCache, cells: Any, head: int, n: int) -> list[int] | None:
+        size = cells.size()
+        tested = 0
+        while tested < size:
+            if head + n >= size:  # the defect: >= instead of >
+                tested += size - head
+                head = 0
+                continue
+            window = list(range(head, head + n))
+            bad = [i for i in window if not self._usable_between(cells, i, i + 1)]
+            if not bad:
+                return window
+            tested += bad[0] - head + 1
+            head = bad[0] + 1
+        return None
+
+    KVCache._scan_cont = scan_cont  # type: ignore[method-assign]
+    return target
+
+
+def _shared_cell_error_names_cell(target: Any) -> Any:
+    """The shared-cell slot error's index is the cell id, not the token index."""
+    from reference_impl.errors import KVCacheError
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache._check_slot
+
+    def check_slot(self: KVCache, sinfo: Any, ub: Any) -> None:
+        try:
+            original(self, sinfo, ub)
+        except KVCacheError as e:
+            if e.code == "KV_SLOT_MISMATCH" and e.index is not None:
+                e.index = int(sinfo.idxs[e.index // sinfo.size][e.index % sinfo.size])
+            raise
+
+    KVCache._check_slot = check_slot  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "kv-prepare-mutates",
@@ -487,5 +546,26 @@ MUTANTS = [
         ("KV-022",),
         _swa_mask_edge,
         black_box=True,
+    ),
+    Mutant(
+        "kv-restore-keeps-shift-flag",
+        "kv",
+        "restoring an undo record keeps the current shift flags instead of the recorded ones",
+        ("KV-010",),
+        _restore_keeps_shift_flag,
+    ),
+    Mutant(
+        "kv-cont-skips-end-window",
+        "kv",
+        "the contiguous search skips a window ending exactly at the last cell",
+        ("KV-007",),
+        _cont_skips_end_window,
+    ),
+    Mutant(
+        "kv-shared-cell-error-names-cell",
+        "kv",
+        "the shared-cell slot error's index is the cell id, not the token index",
+        ("KV-012",),
+        _shared_cell_error_names_cell,
     ),
 ]
