@@ -17,10 +17,11 @@ from reference_impl.errors import EngineError
 CANONICAL = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid=128"
 
 
-def _refused(target: Any, text: str, code: str, field: str | None) -> None:
-    """parse_kv_policy(text) must raise ``code`` naming ``field``."""
-    with raises_code(code, field=field, exc=EngineError, what=repr(text)):
+def _refused(target: Any, text: str, code: str, field: str | None) -> Any:
+    """parse_kv_policy(text) must raise ``code`` naming ``field``; returns the error."""
+    with raises_code(code, field=field, exc=EngineError, what=repr(text)) as raised:
         target.parse_kv_policy(text)
+    return raised.value
 
 
 @pytest.mark.requires("kv_quant.policy")
@@ -120,7 +121,10 @@ def test_unknown_kind(target: Any, text: str, field: str) -> None:
     ],
 )
 def test_bad_block_size(target: Any, text: str, field: str) -> None:
-    _refused(target, text, "QNT_POLICY_BAD_BLOCK", field)
+    err = _refused(target, text, "QNT_POLICY_BAD_BLOCK", field)
+    if text.partition(f"{field}=")[2].split(",")[0].partition("@")[2].isdigit():
+        # an int outside the allowed sizes: the message tells the user which sizes are allowed
+        assert "[2, 256]" in str(err), str(err)
 
 
 @pytest.mark.requires("kv_quant.policy")

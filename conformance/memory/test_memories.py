@@ -72,7 +72,11 @@ def test_composite_update_status(target: Any) -> None:
     rec = target.new_memory("recurrent", n_seq_max=2)
     decode(target, rec, [[0], [0]], 2, 8)
     rec.seq_add(0, -1, -1, 2)
-    assert rec.init_update(True).get_status() == NO_UPDATE
+    before = rec.state()
+    ctx = rec.init_update(True)
+    assert ctx.get_status() == NO_UPDATE
+    assert ctx.apply() is True  # nothing to do, and nothing failed
+    assert rec.state() == before
     assert rec.seq_pos_max(0) == 3
     for kind, extra in (("hybrid", {}), ("iswa", {"n_swa": 4, "swa_type": 1})):
         mem = target.new_memory(kind, kv_size=16, n_seq_max=1, **extra)
@@ -81,7 +85,7 @@ def test_composite_update_status(target: Any) -> None:
         mem.seq_add(0, 1, -1, 5)
         ctx = mem.init_update(False)
         assert ctx.get_status() == SUCCESS, kind
-        ctx.apply()
+        assert ctx.apply() is True, kind  # a hybrid's recurrent part (NO_UPDATE) must not veto it
         assert mem.init_update(False).get_status() == NO_UPDATE, kind
 
 

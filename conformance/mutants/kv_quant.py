@@ -134,6 +134,26 @@ def _codes_dtype_unchecked(target: Any) -> Any:
     return target
 
 
+def _block_error_without_range(target: Any) -> Any:
+    """The policy's block-size error leaves out which sizes are allowed."""
+    from kernels import policy
+    from reference_impl.errors import KernelError
+
+    original = policy.parse_policy
+
+    def parse_policy(text: str) -> Any:
+        try:
+            return original(text)
+        except KernelError as e:
+            if e.code != "QNT_POLICY_BAD_BLOCK":
+                raise
+            short = e.message.split(" in [", 1)[0]
+            raise KernelError(e.code, short, field=e.field) from None
+
+    replace("kernels.policy", "parse_policy", parse_policy)
+    return target
+
+
 MUTANTS = [
     Mutant(
         "qnt-nibbles-low-first",
@@ -197,5 +217,12 @@ MUTANTS = [
         "dequantization reads codes of any dtype (uint8 q8_0 codes, float codes) without refusing",
         ("QNT-021",),
         _codes_dtype_unchecked,
+    ),
+    Mutant(
+        "qnt-block-error-without-range",
+        "kv_quant",
+        "the policy's error for a disallowed integer block size does not state the range [2, 256]",
+        ("QNT-016",),
+        _block_error_without_range,
     ),
 ]

@@ -365,6 +365,15 @@ def _recurrent_move_ignores_range(target: Any) -> Any:
     return target
 
 
+def _no_update_apply_fails(target: Any) -> Any:
+    """Applying a NO_UPDATE context (a recurrent memory's update) reports failure, so a
+    hybrid memory's update context reports failure after applying its KV part."""
+    from reference_impl.memory.base import NoUpdateContext
+
+    NoUpdateContext.apply = lambda self: False  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "mem-abort-code-minus-three",
@@ -555,5 +564,12 @@ MUTANTS = [
         "a recurrent seq_add / seq_div moves the sequence's state whatever the range",
         ("MEM-025",),
         _recurrent_move_ignores_range,
+    ),
+    Mutant(
+        "mem-no-update-apply-fails",
+        "memory",
+        "applying a recurrent memory's NO_UPDATE context returns false (and so a hybrid update)",
+        ("MEM-005",),
+        _no_update_apply_fails,
     ),
 ]

@@ -100,5 +100,6 @@ class NoUpdateContext(MemoryContext):
     def __init__(self) -> None:
         super().__init__(MemoryStatus.NO_UPDATE)
 
+    @implements("MEM-005")
     def apply(self) -> bool:
-        return True
+        return True  # nothing to apply is not a failure: a hybrid ANDs this with its KV part

@@ -129,6 +129,7 @@ class PairContext(MemoryContext):
         self.first = first
         self.second = second
 
+    @implements("MEM-005")
     def apply(self) -> bool:
         return self.first.apply() & self.second.apply()
 
