@@ -287,6 +287,20 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     decode(target, one, [[0]] * 3, 1, 8)
     assert one.seq_rm(0, 2, -1) is True  # a rollback of exactly one position
     assert one.seq_pos_max(0) == 1
+    # a range ending at the state's position removes nothing and keeps seq 0's index to it
+    four = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, four, [[0]] * 4, 2, 8)  # seq 0: cell 0, position 3
+    assert four.seq_rm(0, 0, 3) is True
+    four.seq_add(0, -1, -1, 2)  # follows the index
+    assert (four.seq_pos_min(0), four.seq_pos_max(0)) == (5, 5)
+    # removing a whole state at position 0 ends seq 0's index too: seq 1 takes the freed cell,
+    # and seq 0's next state goes to another cell instead of taking seq 1's over
+    zero = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, zero, [[0]], 2, 8)  # seq 0: cell 0, position 0
+    assert zero.seq_rm(0, -1, -1) is True
+    decode(target, zero, [[1]] * 3, 2, 8)  # seq 1: cell 0, position 2
+    decode(target, zero, [[0]], 2, 8)
+    assert [(zero.seq_pos_min(s), zero.seq_pos_max(s)) for s in range(2)] == [(0, 0), (2, 2)]
 
 
 # -------------------------------------------------------------------------------- hybrid, iSWA

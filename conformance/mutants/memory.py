@@ -289,6 +289,24 @@ def _recurrent_rm_leaves_stale_cell(target: Any) -> Any:
     return target
 
 
+def _recurrent_rm_keeps_freed_index(target: Any) -> Any:
+    """A recurrent seq_rm that frees a sequence's state leaves the sequence's index pointing at
+    the freed cell (llama.cpp clears it)."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    original = RecurrentMemory.seq_rm
+
+    def seq_rm(self: RecurrentMemory, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        tail = self.cells[seq_id].tail if 0 <= seq_id < self.size else -1
+        removed = original(self, seq_id, p0, p1)
+        if tail >= 0 and self.cells[tail].is_empty():
+            self.cells[seq_id].tail = tail
+        return removed
+
+    RecurrentMemory.seq_rm = seq_rm  # type: ignore[method-assign]
+    return target
+
+
 def _recurrent_keep_leaves_shared(target: Any) -> Any:
     """A recurrent seq_keep(s) leaves the other sequences of the cell that holds s in it."""
     from reference_impl.memory.recurrent import RecurrentMemory
@@ -454,6 +472,13 @@ MUTANTS = [
         "a recurrent memory accepts rolling back any number of positions",
         ("MEM-013",),
         _recurrent_partial_rm,
+    ),
+    Mutant(
+        "mem-recurrent-rm-keeps-freed-index",
+        "memory",
+        "a recurrent seq_rm that frees a sequence's state leaves its index on the freed cell",
+        ("MEM-013",),
+        _recurrent_rm_keeps_freed_index,
     ),
     Mutant(
         "mem-hybrid-attention-first",
