@@ -307,6 +307,14 @@ def _int_of_2_pow_31_fits(original: Callable[[Any], int]) -> Callable[[Any], int
     return float_to_int
 
 
+def _mirostat_v2_ignores_sorted_flag(original: Callable[..., Any]) -> Callable[..., Any]:
+    def mirostat_v2(cur: TokenDataArray, tau: Any, eta: Any, mu: Any, pick: Any) -> Any:
+        # the defect: an array marked sorted is sorted again instead of kept in its order
+        return original(cur.take(np.arange(cur.size), sorted=False), tau, eta, mu, pick)
+
+    return mirostat_v2
+
+
 def _adaptive_wrong_decay(_: Any) -> Callable[..., Any]:
     from reference_impl.sampling import feedback
 
@@ -639,6 +647,13 @@ MUTANTS = [
         "Mirostat v1 keeps 2^31 rows for a float k of exactly 2^31 instead of one",
         ("SMP-082",),
         _patch("reference_impl.sampling.feedback", "float_to_int", _int_of_2_pow_31_fits),
+    ),
+    Mutant(
+        "smp-mirostat-v2-ignores-sorted-flag",
+        "sampling",
+        "Mirostat v2 sorts an array already marked sorted instead of keeping its order",
+        ("SMP-082",),
+        _patch("reference_impl.sampling.feedback", "mirostat_v2", _mirostat_v2_ignores_sorted_flag),
     ),
     Mutant(
         "smp-adaptive-p-wrong-decay",

@@ -151,6 +151,23 @@ def test_mirostat_v1_fits_the_first_100_rows_by_default(target: Any) -> None:
     assert wider.size < 10, describe(wider)
 
 
+@pytest.mark.invariant("SMP-082", "SMP-045")
+@pytest.mark.requires(*MIROSTAT_CAPS, "sampling.top_k", "sampling.logit_bias")
+def test_mirostat_v2_trusts_the_sorted_flag(target: Any) -> None:
+    # top-k marks the array sorted; a logit bias after it breaks the order but keeps the flag,
+    # so mirostat v2 neither sorts before nor after its cut: with mu = 20 every row stays, in
+    # the array's own order, the softmax taking row 0's logit as the max
+    spec = [
+        ["top_k", {"k": 3}],
+        ["logit_bias", {"biases": [[2, 5.0]]}],
+        ["mirostat_v2", {"seed": 5, "tau": 10.0, "eta": 0.0}],
+    ]
+    with chain_of(target, spec) as handle:
+        out = target.sampler_apply(handle, candidates(np.array([3.0, 2.0, 1.0, 0.0], F32)))
+    assert out.sorted and out.ids.tolist() == [0, 1, 2], describe(out)
+    assert out.logits.tolist() == [3.0, 2.0, 6.0] and int(np.argmax(out.p)) == 2, describe(out)
+
+
 @pytest.mark.invariant("SMP-082")
 @pytest.mark.requires(*MIROSTAT_CAPS)
 @given(

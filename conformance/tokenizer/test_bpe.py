@@ -178,6 +178,19 @@ def test_tokens_never_cross_words(
     assert want <= _ends(pieces), (bpe_pre, pieces)
 
 
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("bpe_pre", ["llama-bpe", "kimi-k2"], indirect=True)
+def test_space_run_after_a_newline_word_keeps_its_last_space(
+    target: Any, bpe_vocab: Any, bpe_pre: str
+) -> None:
+    """A whitespace run with no newline of its own (the newline two words back does not count)
+    leaves its last space to the word after it: the ids are those of the words one by one."""
+    words = ["\n", "a", "  ", " c"]
+    ids = target.tokenize(bpe_vocab, "".join(words), False, False)
+    want = [i for w in words for i in target.tokenize(bpe_vocab, w, False, False)]
+    assert ids == want, (bpe_pre, ids, want)
+
+
 # A token spanning a newline and the space after it, built by a merge appended last: only a
 # pre type whose words can hold both (GPT-2's whitespace run) reaches it.
 NEWLINE_SPACE = "\u010a\u0120"  # 'ĊĠ': "\n " in GPT-2's byte alphabet
@@ -319,6 +332,7 @@ CLEAN = [
     ("it 's I 'm we 're they 've", "it's I'm we're they've"),
     ("don 't I 'd we 'll", "don 't I 'd we 'll"),
     (" ?x", "?x"),
+    ("it 's", "it's"),  # the letter after the apostrophe is the last byte
 ]
 
 
