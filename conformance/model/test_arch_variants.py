@@ -226,6 +226,26 @@ BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "GGUF_UNEXPECTED_TENSOR",
         "blk.0.attn_q.weight",
     ),
+    # llama's optional tensors that qwen2 does not have (GGUF-046), each of its right shape
+    # (n_embd 64, n_embd_q + 2·n_embd_k_gqa = 128, n_rot / 2 = 8): refused, not ignored
+    "qwen2-fused-qkv": (
+        "qwen2",
+        {"override_tensors": {"blk.0.attn_qkv.weight": np.zeros((128, 64), np.float32)}},
+        "GGUF_UNSUPPORTED_FEATURE",
+        "blk.0.attn_qkv.weight",
+    ),
+    "qwen2-o-bias": (
+        "qwen2",
+        {"override_tensors": {"blk.1.attn_output.bias": np.zeros(64, np.float32)}},
+        "GGUF_UNSUPPORTED_FEATURE",
+        "blk.1.attn_output.bias",
+    ),
+    "qwen2-rope-freqs": (
+        "qwen2",
+        {"override_tensors": {"rope_freqs.weight": np.ones(8, np.float32)}},
+        "GGUF_UNSUPPORTED_FEATURE",
+        "rope_freqs.weight",
+    ),
     "qwen2-v-bias-wrong-length": (
         "qwen2",
         {"override_tensors": {"blk.0.attn_v.bias": np.zeros(64, np.float32)}},

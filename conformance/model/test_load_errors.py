@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 import pytest
 
-from conformance.assertions import raises_code
+from conformance.assertions import assert_unchanged, raises_code
 from conformance.fixtures.gguf_models import FIXTURES, FixtureConfig, fixture_path, write_gguf
 
 pytestmark = pytest.mark.requires("model.load")
@@ -253,3 +253,27 @@ def test_error_code_names_the_culprit(case: Case, target: Any, tmp_path: Path) -
     path = case.build(tmp_path)
     with raises_code(case.code, field=case.field):
         target.load_model(path)
+
+
+# -- keys no rule reads -------------------------------------------------------------------------
+
+
+def _unread_keys(data: bytes) -> bytes:
+    """Make the marker strings of the added keys invalid UTF-8 (a 0xFF byte; same length)."""
+    return data.replace(b"zz-unread-zz", b"zz\xffunread-zz")
+
+
+@pytest.mark.invariant("GGUF-056")
+@pytest.mark.requires("model.forward")
+def test_unread_keys_are_ignored_whatever_their_bytes(target: Any, tmp_path: Path) -> None:
+    # keys outside every namespace the spec reads: a string that is not UTF-8, and an array of
+    # such strings; the file must load and compute as the file without them
+    keys = {"decode-conformance.note": "zz-unread-zz", "decode-conformance.list": ["zz-unread-zz"]}
+    plain = write_gguf(CFG, tmp_path / "plain.gguf")
+    extra = write_gguf(CFG, tmp_path / "extra.gguf", override_keys=keys)
+    extra.write_bytes(_unread_keys(extra.read_bytes()))
+    assert b"\xffunread" in extra.read_bytes()
+    tokens = [1, 290, 97, 58, 293]
+    want = np.asarray(target.forward_logits(target.load_model(plain), tokens))
+    got = np.asarray(target.forward_logits(target.load_model(extra), tokens))
+    assert_unchanged(want, got, "logits of the file with the unread keys")

@@ -390,6 +390,24 @@ def _qwen2_rope_norm(target: Any) -> Any:
     return target
 
 
+def _every_key_decoded(target: Any) -> Any:
+    # The loader decodes the value of every metadata key, so an unread key holding a string
+    # that is not UTF-8 fails the load.
+    import gguf
+
+    import reference_impl.model.gguf_loader as loader
+
+    original = loader.load_gguf
+
+    def load_gguf(path: Any, *args: Any, **kwargs: Any) -> Any:
+        for field in gguf.GGUFReader(str(path), "r").fields.values():
+            field.contents()
+        return original(path, *args, **kwargs)
+
+    replace(loader.__name__, "load_gguf", load_gguf)
+    return target
+
+
 def _fused_qkv_v_before_k(target: Any) -> Any:
     # A fused attn_qkv is split as Q, V, K (V's rows taken before K's).
     import dataclasses
@@ -719,6 +737,13 @@ MUTANTS = [
         "qwen2 rotates adjacent pairs (NORM RoPE) instead of (x[j], x[j + n_rot/2]) (NEOX)",
         kills=("GGUF-046",),
         apply=_qwen2_rope_norm,
+    ),
+    Mutant(
+        "model-unread-key-decoded",
+        "model",
+        "the loader decodes every metadata key, so a non-UTF-8 string in an unread key fails",
+        kills=("GGUF-056",),
+        apply=_every_key_decoded,
     ),
     Mutant(
         "model-fused-qkv-v-before-k",

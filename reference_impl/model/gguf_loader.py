@@ -848,7 +848,7 @@ def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> Laye
     return LayerWeights(**mats, **biases)
 
 
-@implements("GGUF-005", "GGUF-012", "GGUF-013", "GGUF-014", "GGUF-015")
+@implements("GGUF-005", "GGUF-012", "GGUF-013", "GGUF-014", "GGUF-015", "GGUF-056")
 def load_gguf(
     path: str | os.PathLike[str], *, vocab_only: bool = False, check_tensors: bool = False
 ) -> ModelWeights:
@@ -920,6 +920,7 @@ def load_gguf(
         () if hp.encoder_only else tuple(layer_weights(hp, loaded, i) for i in range(hp.n_layer))
     )
     metadata: dict[str, Any] = {}
+    # only general.* scalars are decoded: other keys' values are never read (GGUF-056)
     for key, f in reader.fields.items():
         if key.startswith("general.") and f.types and f.types[0].name != "ARRAY":
             metadata[key] = f.contents()
