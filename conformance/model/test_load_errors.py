@@ -277,3 +277,17 @@ def test_unread_keys_are_ignored_whatever_their_bytes(target: Any, tmp_path: Pat
     want = np.asarray(target.forward_logits(target.load_model(plain), tokens))
     got = np.asarray(target.forward_logits(target.load_model(extra), tokens))
     assert_unchanged(want, got, "logits of the file with the unread keys")
+
+
+@pytest.mark.invariant("GGUF-056")
+@pytest.mark.requires("model.forward")
+def test_a_general_name_that_is_not_utf8_still_loads(target: Any, tmp_path: Path) -> None:
+    # general.name is free text no rule reads; a 0xFF byte in it must not stop the load
+    plain = write_gguf(CFG, tmp_path / "plain.gguf")
+    named = write_gguf(CFG, tmp_path / "named.gguf", override_keys={"general.name": "zz-unread-zz"})
+    named.write_bytes(_unread_keys(named.read_bytes()))
+    assert b"\xffunread" in named.read_bytes()
+    tokens = [1, 290, 97, 58, 293]
+    want = np.asarray(target.forward_logits(target.load_model(plain), tokens))
+    got = np.asarray(target.forward_logits(target.load_model(named), tokens))
+    assert_unchanged(want, got, "logits of the file whose general.name is not UTF-8")

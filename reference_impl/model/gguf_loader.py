@@ -243,6 +243,13 @@ _UNSUPPORTED_TENSORS = (
 )
 
 
+def _text(f: Any) -> str:
+    """A scalar string value. GGUF strings are bytes that llama.cpp never validates, so one that
+    is not UTF-8 reads with U+FFFD instead of failing the load (GGUF-056): a name then simply
+    matches no known architecture, pre-type or model family."""
+    return bytes(f.parts[f.data[0]]).decode("utf-8", errors="replace")
+
+
 def _err(code: str, message: str, field_name: str | None) -> ModelLoadError:
     return ModelLoadError(code, message, field=field_name)
 
@@ -304,7 +311,7 @@ class _Meta:
             raise _err(
                 "GGUF_KEY_TYPE", f"key {key!r} must be a string, got {self._type_name(f)}", key
             )
-        return str(f.contents())
+        return _text(f)
 
     @implements("GGUF-010")
     def get_bool(self, key: str, default: bool) -> bool:
@@ -923,7 +930,10 @@ def load_gguf(
     # only general.* scalars are decoded: other keys' values are never read (GGUF-056)
     for key, f in reader.fields.items():
         if key.startswith("general.") and f.types and f.types[0].name != "ARRAY":
-            metadata[key] = f.contents()
+            if f.types[0].name == "STRING":
+                metadata[key] = _text(f)
+            else:
+                metadata[key] = f.contents()
     return ModelWeights(
         path=p,
         hparams=hp,
