@@ -263,31 +263,29 @@ def _unread_keys(data: bytes) -> bytes:
     return data.replace(b"zz-unread-zz", b"zz\xffunread-zz")
 
 
+# keys outside every namespace the spec reads (a string that is not UTF-8, and an array of such
+# strings), and general.name, which is read (family names pick token attributes) but whose 0xFF
+# byte must not stop the load either; each file must load and compute as the plain file
+NOT_UTF8_KEYS: dict[str, dict[str, Any]] = {
+    "unread keys": {
+        "decode-conformance.note": "zz-unread-zz",
+        "decode-conformance.list": ["zz-unread-zz"],
+    },
+    "general.name": {"general.name": "zz-unread-zz"},
+}
+
+
 @pytest.mark.invariant("GGUF-056")
 @pytest.mark.requires("model.forward")
-def test_unread_keys_are_ignored_whatever_their_bytes(target: Any, tmp_path: Path) -> None:
-    # keys outside every namespace the spec reads: a string that is not UTF-8, and an array of
-    # such strings; the file must load and compute as the file without them
-    keys = {"decode-conformance.note": "zz-unread-zz", "decode-conformance.list": ["zz-unread-zz"]}
+@pytest.mark.parametrize("what", sorted(NOT_UTF8_KEYS))
+def test_unread_keys_are_ignored_whatever_their_bytes(
+    target: Any, tmp_path: Path, what: str
+) -> None:
     plain = write_gguf(CFG, tmp_path / "plain.gguf")
-    extra = write_gguf(CFG, tmp_path / "extra.gguf", override_keys=keys)
+    extra = write_gguf(CFG, tmp_path / "extra.gguf", override_keys=NOT_UTF8_KEYS[what])
     extra.write_bytes(_unread_keys(extra.read_bytes()))
     assert b"\xffunread" in extra.read_bytes()
     tokens = [1, 290, 97, 58, 293]
     want = np.asarray(target.forward_logits(target.load_model(plain), tokens))
     got = np.asarray(target.forward_logits(target.load_model(extra), tokens))
-    assert_unchanged(want, got, "logits of the file with the unread keys")
-
-
-@pytest.mark.invariant("GGUF-056")
-@pytest.mark.requires("model.forward")
-def test_a_general_name_that_is_not_utf8_still_loads(target: Any, tmp_path: Path) -> None:
-    # general.name is free text no rule reads; a 0xFF byte in it must not stop the load
-    plain = write_gguf(CFG, tmp_path / "plain.gguf")
-    named = write_gguf(CFG, tmp_path / "named.gguf", override_keys={"general.name": "zz-unread-zz"})
-    named.write_bytes(_unread_keys(named.read_bytes()))
-    assert b"\xffunread" in named.read_bytes()
-    tokens = [1, 290, 97, 58, 293]
-    want = np.asarray(target.forward_logits(target.load_model(plain), tokens))
-    got = np.asarray(target.forward_logits(target.load_model(named), tokens))
-    assert_unchanged(want, got, "logits of the file whose general.name is not UTF-8")
+    assert_unchanged(want, got, f"logits of the file with non-UTF-8 {what}")
