@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from conformance.mutants import Mutant, replace
@@ -564,23 +565,38 @@ def _ugm_viterbi_per_word(target: Any) -> Any:
     return target
 
 
-def _t5_spm_default_ids(target: Any) -> Any:
-    # A T5 vocabulary without EOS / UNK id keys takes SPM's defaults (EOS 2, UNK 0).
-    import reference_impl.tokenizer as tok
+def _ids_when_keys_missing(model: str, ids: dict[str, tuple[str, int]]) -> Callable[[Any], Any]:
+    """A mutant that gives a ``model`` vocabulary other default special ids: for each
+    ``key: (field, id)``, a file without ``key`` gets ``id`` in ``field``."""
 
-    original = tok.load_vocab
+    def apply(target: Any) -> Any:
+        import reference_impl.tokenizer as tok
 
-    def load_vocab(meta: Any) -> Any:
-        vocab = original(meta)
-        if vocab is not None and vocab.model == "t5":
-            if meta.get_int("tokenizer.ggml.eos_token_id", -1) < 0:  # the key is missing
-                vocab = dataclasses.replace(vocab, eos_id=2)
-            if meta.get_int("tokenizer.ggml.unknown_token_id", -1) < 0:
-                vocab = dataclasses.replace(vocab, unk_id=0)
-        return vocab
+        original = tok.load_vocab
 
-    replace(tok.__name__, "load_vocab", load_vocab)
-    return target
+        def load_vocab(meta: Any) -> Any:
+            vocab = original(meta)
+            if vocab is not None and vocab.model == model:
+                for key, (field, value) in ids.items():
+                    if meta.get_int(key, -1) < 0:  # the key is missing
+                        changes: dict[str, Any] = {field: value}
+                        vocab = dataclasses.replace(vocab, **changes)
+            return vocab
+
+        replace(tok.__name__, "load_vocab", load_vocab)
+        return target
+
+    return apply
+
+
+# A T5 vocabulary without EOS / UNK id keys takes SPM's defaults (EOS 2, UNK 0).
+_t5_spm_default_ids = _ids_when_keys_missing(
+    "t5",
+    {
+        "tokenizer.ggml.eos_token_id": ("eos_id", 2),
+        "tokenizer.ggml.unknown_token_id": ("unk_id", 0),
+    },
+)
 
 
 MUTANTS += [
@@ -876,23 +892,11 @@ MUTANTS += [
 ]
 
 
-def _spm_default_ids_swapped(target: Any) -> Any:
-    # An SPM vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1 (the defaults swapped).
-    import reference_impl.tokenizer as tok
-
-    original = tok.load_vocab
-
-    def load_vocab(meta: Any) -> Any:
-        vocab = original(meta)
-        if vocab is not None and vocab.model == "llama":
-            if meta.get_int("tokenizer.ggml.bos_token_id", -1) < 0:  # the key is missing
-                vocab = dataclasses.replace(vocab, bos_id=2)
-            if meta.get_int("tokenizer.ggml.eos_token_id", -1) < 0:
-                vocab = dataclasses.replace(vocab, eos_id=1)
-        return vocab
-
-    replace(tok.__name__, "load_vocab", load_vocab)
-    return target
+# An SPM vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1 (the defaults swapped).
+_spm_default_ids_swapped = _ids_when_keys_missing(
+    "llama",
+    {"tokenizer.ggml.bos_token_id": ("bos_id", 2), "tokenizer.ggml.eos_token_id": ("eos_id", 1)},
+)
 
 
 MUTANTS += [
