@@ -303,6 +303,33 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     assert [(zero.seq_pos_min(s), zero.seq_pos_max(s)) for s in range(2)] == [(0, 0), (2, 2)]
 
 
+@pytest.mark.invariant("MEM-026")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_rollback_is_consumed_by_the_next_ubatch(target: Any) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=3, n_rs_seq=2)
+    decode(target, rec, [[0]] * 5 + [[1]] * 5, 3, 8)  # seq 0 and seq 1 at position 4
+    assert rec.seq_rm(0, 3, -1) is True and rec.seq_rm(1, 4, -1) is True
+    decode(target, rec, [[0]], 3, 8)  # seq 0's next state reads the snapshot once
+    assert rec.seq_pos_max(0) == 3
+    assert rec.seq_rm(0, 3, -1) is True  # a new rollback of one position
+    assert rec.seq_rm(1, 3, -1) is False  # seq 1 was not in that ubatch: still pending
+    decode(target, rec, [[1], [1]], 3, 8)
+    assert rec.seq_rm(1, 4, -1) is True  # consumed by seq 1's ubatch
+    # seqs 1 and 2 share a cell, each with a rollback pending: a ubatch of that cell ends the
+    # lower id's rollback only
+    shared = target.new_memory("recurrent", n_seq_max=3, n_rs_seq=2)
+    decode(target, shared, [[1]] * 5, 3, 8)
+    shared.seq_cp(1, 2)
+    assert shared.seq_rm(1, 4, -1) is True and shared.seq_rm(2, 3, -1) is True
+    assert [c[3] for c in shared.state().cells if c[3]] == [(1, 2)]
+    sp = splitter(target, shared, [[1, 2]], n_seq_max=3, embd_all=True)
+    ctx = shared.init_batch(sp, 8, True)  # one token of both, at position 3
+    assert ctx.get_status() == SUCCESS and ctx.apply()
+    assert [c[3] for c in shared.state().cells if c[3]] == [(1, 2)]
+    assert shared.seq_rm(2, 3, -1) is False  # seq 2's rollback is still pending
+    assert shared.seq_rm(1, 3, -1) is True
+
+
 # -------------------------------------------------------------------------------- hybrid, iSWA
 
 

@@ -307,6 +307,15 @@ def _recurrent_rm_keeps_freed_index(target: Any) -> Any:
     return target
 
 
+def _recurrent_rollback_stays_pending(target: Any) -> Any:
+    """A recurrent ubatch never reads the rollback index, so a rollback stays pending until the
+    whole sequence is removed (the reference before MEM-026)."""
+    from reference_impl.memory.recurrent import RecurrentMemory
+
+    RecurrentMemory.consume_rollbacks = lambda self: None  # type: ignore[method-assign]
+    return target
+
+
 def _recurrent_keep_leaves_shared(target: Any) -> Any:
     """A recurrent seq_keep(s) leaves the other sequences of the cell that holds s in it."""
     from reference_impl.memory.recurrent import RecurrentMemory
@@ -479,6 +488,13 @@ MUTANTS = [
         "a recurrent seq_rm that frees a sequence's state leaves its index on the freed cell",
         ("MEM-013",),
         _recurrent_rm_keeps_freed_index,
+    ),
+    Mutant(
+        "mem-recurrent-rollback-stays-pending",
+        "memory",
+        "a recurrent ubatch leaves the rollback of its sequences pending",
+        ("MEM-026",),
+        _recurrent_rollback_stays_pending,
     ),
     Mutant(
         "mem-hybrid-attention-first",

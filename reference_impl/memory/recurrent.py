@@ -59,6 +59,7 @@ class RecurrentBatchContext(MemoryContext):
 
     def apply(self) -> bool:
         self.mem.find_slot(self.get_ubatch())
+        self.mem.consume_rollbacks()
         return True
 
 
@@ -308,6 +309,14 @@ class RecurrentMemory:
         self.n = hi - lo + 1
         self.used = sum(1 for c in cells if not c.is_empty())
         return self.n >= n_seqs
+
+    @implements("MEM-026")
+    def consume_rollbacks(self) -> None:
+        """The ubatch just placed reads each of its cells' snapshot once: llama.cpp's state-copy
+        input takes the rollback index of the cell's lowest sequence id and clears it."""
+        for cell in self.cells[self.head : self.head + self.n]:
+            if cell.seq_id:
+                self.rs_idx[min(cell.seq_id)] = 0
 
     def prepare(self, ubatches: list[UBatch]) -> bool:
         saved = (copy.deepcopy(self.cells), self.used, self.head)
