@@ -14,13 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.strategies.allocator import contiguous
+from conformance.strategies.allocator import build_graph, contiguous
 from reference_impl.allocator.graph import (
     SIZE_MAX,
     Graph,
     Layout,
     Tensor,
-    build_graph,
 )
 from reference_impl.allocator.planner import BufferType
 

@@ -11,7 +11,8 @@ import pytest
 
 from conformance.allocator.scenarios import f32, inp, out
 from conformance.assertions import raises_code, unchanged
-from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph
+from conformance.strategies.allocator import build_graph
+from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor
 from reference_impl.allocator.planner import BufferType
 
 pytestmark = pytest.mark.requires("allocator.planner", "allocator.errors")

@@ -12,8 +12,8 @@ from conformance.allocator.checks import chunk_offsets, plan_violations
 from conformance.allocator.scenarios import f32, inp, out, view
 from conformance.strategies import allocator as als
 from conformance.strategies import kernels as ks
-from conformance.strategies.allocator import contiguous
-from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor, build_graph
+from conformance.strategies.allocator import build_graph, contiguous
+from reference_impl.allocator.graph import SIZE_MAX, Graph, Tensor
 from reference_impl.allocator.planner import BufferType
 
 pytestmark = pytest.mark.requires("allocator.planner")

@@ -9,6 +9,7 @@ Every tensor is F32, so sizes are multiples of 4 bytes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -19,9 +20,10 @@ from reference_impl.allocator.graph import (
     Graph,
     Layout,
     Tensor,
-    build_graph,
+    check_tensors,
 )
 from reference_impl.allocator.planner import BufferType
+from reference_impl.errors import AllocError
 
 
 def contiguous(*ne: int, type: str = "i8") -> Layout:
@@ -33,6 +35,39 @@ def contiguous(*ne: int, type: str = "i8") -> Layout:
     for n in dims[:3]:
         nb.append(nb[-1] * n)
     return Layout(type, (dims[0], dims[1], dims[2], dims[3]), (nb[0], nb[1], nb[2], nb[3]))
+
+
+def build_graph(tensors: Sequence[Tensor], outputs: Iterable[str]) -> Graph:
+    """The test inputs' own graph builder: the graph ``ggml_build_forward_expand`` makes from ``outputs``, in order: a depth-first
+    post-order over sources (first source first); tensors with op NONE are leafs, the rest nodes."""
+    check_tensors(tensors)
+    by_name = {t.name: t for t in tensors}
+    nodes: list[str] = []
+    leafs: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        # iterative DFS: deep chains must not hit Python's recursion limit
+        stack: list[tuple[str, int]] = [(name, 0)]
+        while stack:
+            cur, k = stack.pop()
+            if k == 0:
+                if cur in seen:
+                    continue
+                seen.add(cur)
+            srcs = by_name[cur].src
+            if k < len(srcs):
+                stack.append((cur, k + 1))
+                if srcs[k] not in seen:
+                    stack.append((srcs[k], 0))
+                continue
+            (leafs if by_name[cur].op == "NONE" else nodes).append(cur)
+
+    for k, out in enumerate(outputs):
+        if out not in by_name:
+            raise AllocError("ALLOC_GRAPH", f"unknown output {out!r}", field="outputs", index=k)
+        visit(out)
+    return Graph(by_name, tuple(nodes), tuple(leafs), tuple(t.name for t in tensors))
 
 
 IN_PLACE = ("ADD", "MUL", "SCALE", "SQR", "CLAMP")

@@ -8,7 +8,7 @@ graph and a test can compare addresses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reference_impl.errors import AllocError
@@ -176,36 +176,3 @@ def check_graph(graph: Graph) -> None:
                     field="src",
                     index=i,
                 )
-
-
-def build_graph(tensors: Sequence[Tensor], outputs: Iterable[str]) -> Graph:
-    """The graph ``ggml_build_forward_expand`` makes from ``outputs``, in order: a depth-first
-    post-order over sources (first source first); tensors with op NONE are leafs, the rest nodes."""
-    check_tensors(tensors)
-    by_name = {t.name: t for t in tensors}
-    nodes: list[str] = []
-    leafs: list[str] = []
-    seen: set[str] = set()
-
-    def visit(name: str) -> None:
-        # iterative DFS: deep chains must not hit Python's recursion limit
-        stack: list[tuple[str, int]] = [(name, 0)]
-        while stack:
-            cur, k = stack.pop()
-            if k == 0:
-                if cur in seen:
-                    continue
-                seen.add(cur)
-            srcs = by_name[cur].src
-            if k < len(srcs):
-                stack.append((cur, k + 1))
-                if srcs[k] not in seen:
-                    stack.append((srcs[k], 0))
-                continue
-            (leafs if by_name[cur].op == "NONE" else nodes).append(cur)
-
-    for k, out in enumerate(outputs):
-        if out not in by_name:
-            raise AllocError("ALLOC_GRAPH", f"unknown output {out!r}", field="outputs", index=k)
-        visit(out)
-    return Graph(by_name, tuple(nodes), tuple(leafs), tuple(t.name for t in tensors))
