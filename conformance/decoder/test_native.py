@@ -306,14 +306,11 @@ def test_a_failing_compiler_falls_back_and_leaves_no_file(
     _assert_falls_back_to_torch(ctx, model)
 
 
-@pytest.mark.invariant("DEC-063")
-def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_path: Any) -> None:
-    """A library in the build cache whose ABI version is not the reference's (a stale build):
-    "auto" does not call it and falls back, naming both versions."""
+def _cache_stale_stub(tmp_path: Any) -> None:
+    """Put a library of ABI ``ABI_VERSION + 6`` where the build cache keeps the current source's
+    step (a stale build); skips without a C compiler."""
     import subprocess
 
-    from reference_impl.decoder import Context
-    from reference_impl.model import Model
     from reference_impl.native import build
 
     cc = build._compiler()
@@ -324,6 +321,17 @@ def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_pat
     lib = build.cache_dir() / build._key(cc, ()) / "libdc_decode_step.so"
     lib.parent.mkdir(parents=True)
     subprocess.run([cc, "-shared", "-fPIC", str(stub), "-o", str(lib)], check=True)
+
+
+@pytest.mark.invariant("DEC-063")
+def test_a_cached_library_of_another_abi_is_not_used(fresh_native: None, tmp_path: Any) -> None:
+    """A library in the build cache whose ABI version is not the reference's (a stale build):
+    "auto" does not call it and falls back, naming both versions."""
+    from reference_impl.decoder import Context
+    from reference_impl.model import Model
+    from reference_impl.native import build
+
+    _cache_stale_stub(tmp_path)
     model = Model.from_gguf(fixture_path("gqa"))  # a model that has not built its step yet
     ctx = Context(model, n_ctx=256, n_batch=32, trace=True)
     assert f"ABI {build.ABI_VERSION + 6} != {build.ABI_VERSION}" in ctx.native_reason
@@ -337,20 +345,11 @@ def test_a_library_cached_from_another_source_is_not_used(
     """The build cache is keyed by the source's content: after the C source changes, a library
     built from the old one (here a stale stub of another ABI) is not loaded; the new source is
     compiled and runs."""
-    import subprocess
-
     from reference_impl.decoder import Context
     from reference_impl.model import Model
     from reference_impl.native import build
 
-    cc = build._compiler()
-    if cc is None:
-        pytest.skip("no C compiler")
-    stub = tmp_path / "stub.c"
-    stub.write_text(f"int dc_abi_version(void) {{ return {build.ABI_VERSION + 6}; }}\n")
-    old = build.cache_dir() / build._key(cc, ()) / "libdc_decode_step.so"
-    old.parent.mkdir(parents=True)
-    subprocess.run([cc, "-shared", "-fPIC", str(stub), "-o", str(old)], check=True)
+    _cache_stale_stub(tmp_path)
     edited = tmp_path / "decode_step.c"  # same flags, compiler and machine; another source
     edited.write_text(build.SOURCE.read_text() + "\n/* edited */\n")
     monkeypatch.setattr(build, "SOURCE", edited)
