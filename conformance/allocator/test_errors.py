@@ -101,6 +101,15 @@ def test_ten_sources_are_the_most_a_tensor_may_have(target: Any) -> None:
     assert ga.placements["c"] is not None
 
 
+@pytest.mark.invariant("ALLOC-048", "ALLOC-014")
+def test_a_size_of_size_max_is_a_valid_description(target: Any) -> None:
+    """SIZE_MAX itself is inside the range: at alignment 1 nothing rounds it up, so a lone input
+    of SIZE_MAX bytes plans into one chunk of that size (one byte more is refused, above)."""
+    g = build_graph([Tensor("x", SIZE_MAX, input=True)], ["x"])
+    ga = target.allocator_planner((BufferType("byte", 1, SIZE_MAX),))
+    assert ga.reserve_size(g) == [SIZE_MAX], "a tensor of SIZE_MAX bytes was refused"
+
+
 @pytest.mark.invariant("ALLOC-049", "ALLOC-033")
 @pytest.mark.parametrize(
     ("node_ids", "leaf_ids", "field", "index"),

@@ -129,6 +129,22 @@ def test_input_nodes_come_before_other_nodes(target: Any) -> None:
     assert (got["l0"], got["l1"], got["n1"], got["n0"]) == ((0, 0), (0, 8), (0, 16), (0, 24)), got
 
 
+@pytest.mark.invariant("ALLOC-017")
+def test_an_input_source_is_placed_with_its_first_reader(target: Any) -> None:
+    """Nodes out of topological order: n (buffer 1) reads the input node j listed after it, so
+    j is placed in n's buffer while the inputs are placed, before the input node k listed between
+    them; n, placed later, comes after j."""
+    a = inp("a", 2)
+    n = out(f32("n", 2, "MEAN", "j"))
+    k = out(f32("k", 2, "CPY", "a", input=True))
+    j = out(f32("j", 2, "CPY", "a", input=True))
+    g = Graph({t.name: t for t in (a, n, k, j)}, ("n", "k", "j"), ("a",), ("a", "j", "n", "k"))
+    ga = target.allocator_planner((BufferType("A", 8, SIZE_MAX), BufferType("B", 8, SIZE_MAX)))
+    assert ga.reserve(g, (1, 0, 0), (0,)) and ga.alloc_graph(g)
+    got = {name: (p.buffer_id, p.offset) for name, p in ga.placements.items()}
+    assert got == {"a": (0, 0), "j": (1, 0), "k": (0, 8), "n": (1, 8)}, got
+
+
 @pytest.mark.invariant("ALLOC-023")
 def test_sources_are_freed_after_their_last_reader(target: Any) -> None:
     """A chain of copies needs two slots, whatever its length."""

@@ -117,11 +117,13 @@ def check_ubatch(ub: Any, sb: Any) -> None:
 
 
 def check_empty_ubatch(ub: Any) -> None:
-    """SPL-015: the empty ubatch counts nothing and every per-token field has no row."""
+    """SPL-015: the empty ubatch (llama.cpp's value-initialized one) counts nothing, is not
+    equal_seqs and every per-token field has no row."""
     counts = (ub.n_tokens, ub.n_seq_tokens, ub.n_seqs, ub.n_seqs_unq)
     assert counts == (0, 0, 0, 0), (
         f"empty ubatch counts (n_tokens, n_seq_tokens, n_seqs, n_seqs_unq) {counts}"
     )
+    assert not ub.equal_seqs, "empty ubatch has equal_seqs set (llama.cpp returns it zeroed)"
     for name in ("pos", "n_seq_id", "seq_id", "seq_id_unq", "output", "idxs"):
         rows = np.asarray(getattr(ub, name)).shape[0]
         assert rows == 0, f"empty ubatch field {name} has {rows} rows"
