@@ -79,10 +79,22 @@ def test_legacy_kv_flags_get_a_kv_policy_hint(target: Any, flag: str) -> None:
     assert rc == 2 and "--frobnicate" in err and "--kv-policy" not in err, err
     rc, out, _ = target.decoupled_runner(["score", "--help"])
     assert rc == 0 and "--kv-policy" in out
-    # no flag may be abbreviated, the command's or the top level's
-    for argv in ([*SCORE, "--kv-p", "ksem=fp16,kgeo=fp16,v=fp16,resid=0"], ["--he", *SCORE]):
+
+
+@pytest.mark.invariant("DBA-014")
+def test_no_abbreviation_and_no_missing_command(target: Any) -> None:
+    # no flag may be abbreviated: the top level's, nor any command's (each is a unique prefix)
+    for argv in (
+        [*SCORE, "--kv-p", "ksem=fp16,kgeo=fp16,v=fp16,resid=0"],
+        ["--he", *SCORE],
+        ["generate", "--seed", "1", "--prompt", "4", "--max-n", "1"],
+        ["drift", "--seed", "1", "--len", "32", "--batch", "1"],
+    ):
         rc, out, err = target.decoupled_runner(argv)
         assert rc == 2 and out == "" and "unrecognized arguments" in err, (argv, rc, err)
+    # a command line without a command is a usage error naming what is missing
+    rc, out, err = target.decoupled_runner([])
+    assert rc == 2 and out == "" and "command" in err, (rc, err)
 
 
 @pytest.mark.invariant("DBA-015")
@@ -104,6 +116,21 @@ def test_summary_reports_null_attention_capability(
     rows = _summary(target, tmp_path, "generate", "--prompt", "4,8", "--max-new", "1", *argv)
     assert rows["Null Attention"] == status, rows
     assert "KV Policy" in rows
+
+
+@pytest.mark.invariant("DBA-015")
+@pytest.mark.requires("decoupled.model")
+def test_summary_reports_null_attention_of_a_one_layer_checkpoint(
+    target: Any, tmp_path: Path
+) -> None:
+    from conformance.decoupled import _model as M
+
+    ckpt = tmp_path / "one_layer.safetensors"
+    target.decoupled_model({**M.NULL, "n_layer": 1}, seed=3).save(str(ckpt))
+    argv = ["generate", "--checkpoint", str(ckpt), "--prompt", "4,8", "--max-new", "1"]
+    rows = _summary(target, tmp_path, *argv)
+    assert "n_layer=1" in rows["Model"], rows
+    assert rows["Null Attention"] == "Active (Fused-capable)", rows
 
 
 @pytest.mark.invariant("DBA-013")

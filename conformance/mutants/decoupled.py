@@ -410,6 +410,17 @@ def _top_level_abbrev(orig: Any) -> Any:
     return build_parser
 
 
+def _command_optional(orig: Any) -> Any:
+    def build_parser() -> argparse.ArgumentParser:
+        p = orig()
+        for action in p._actions:  # the defect: the command may be left out (DBA-014)
+            if isinstance(action, argparse._SubParsersAction):
+                action.required = False
+        return p
+
+    return build_parser
+
+
 def _drift_report_without_verdict(target: Any) -> Any:
     from reference_impl.decoupled.drift import DriftReport
 
@@ -631,6 +642,13 @@ MUTANTS = [
         "the runner's top-level parser accepts abbreviations, so --he is taken for --help",
         ("DBA-014",),
         _patch(RUNNER, "build_parser", _top_level_abbrev),
+    ),
+    Mutant(
+        "dba-command-optional",
+        "decoupled",
+        "the runner's command is optional, so a command line without one is not a usage error",
+        ("DBA-014",),
+        _patch(RUNNER, "build_parser", _command_optional),
     ),
     Mutant(
         "dba-drift-report-without-verdict",

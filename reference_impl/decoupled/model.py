@@ -393,7 +393,7 @@ class DecoupledLM(nn.Module):
         self,
         policy: KVCachePolicy | str,
         max_len: int,
-        batch: int = 1,
+        batch: int,  # no default: every caller states its batch
         config: dispatch.DispatchConfig | None = None,
     ) -> DecodeSession:
         return DecodeSession(self, policy, max_len, batch, config)
@@ -408,7 +408,7 @@ class DecodeSession:
         model: DecoupledLM,
         policy: KVCachePolicy | str,
         max_len: int,
-        batch: int = 1,
+        batch: int,
         config: dispatch.DispatchConfig | None = None,
     ) -> None:
         self.model = model

@@ -74,6 +74,7 @@ def _token_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from exc
 
 
+@implements("DBA-014")
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m reference_impl.decoupled",
