@@ -69,6 +69,7 @@ def _pair(new_ctx: Callable[..., Any], model: str, **params: Any) -> tuple[Any, 
         ("gqa", 2, False),
         ("tied", 1, True),
         ("q4", 3, True),
+        ("layer1", 1, True),  # a single layer: one K and one V cache
     ],
 )
 def test_native_step_matches_the_torch_forward(

@@ -81,6 +81,12 @@ def test_default_parameters(target: Any, load: Callable[[str], Any]) -> None:
         assert invalid(lambda: ctx.get_embeddings_ith(0))
     finally:
         release(ctx)
+    # n_ctx 512 caps n_batch and n_ubatch: with room above 2048 the defaults themselves show
+    big = target.new_context(load("gqa"), n_ctx=4096)
+    try:
+        assert (big.n_batch(), big.n_ubatch()) == (2048, 512)
+    finally:
+        release(big)
 
 
 @pytest.mark.requires("decoder.logits", "decoder.memory_ops", "model.arch.gemma3")
