@@ -10,7 +10,8 @@ import pytest
 
 from conformance.assertions import assert_code
 from conformance.decoder.helpers import batch, invalid, prompt
-from conformance.gate import release
+from conformance.fixtures.bert_model import BERT_POOLING, bert_fixture_path
+from conformance.gate import cached, release
 
 pytestmark = pytest.mark.requires("decoder.params")
 
@@ -130,6 +131,25 @@ def test_unspecified_pooling_resolves_to_the_models_none(new_ctx: Callable[..., 
     assert ctx.decode(batch(prompt(4))) == 0
     assert ctx.get_embeddings_ith(0).shape[-1] > 0  # per-token embeddings: pooling NONE
     assert invalid(lambda: ctx.get_embeddings_seq(0))
+
+
+@pytest.mark.invariant("DEC-008", "DEC-010")
+@pytest.mark.requires("decoder.embeddings", "decoder.pooling")
+def test_pooling_type_reports_the_resolved_pooling(
+    target: Any, new_ctx: Callable[..., Any]
+) -> None:
+    """-1 takes the model's pooling (the bert fixture declares MEAN; the decoder fixture none,
+    so NONE); any other value is the context's own."""
+    assert new_ctx(embeddings=True, pooling=-1).pooling_type() == 0
+    bert = cached(target, "load_model", str(bert_fixture_path()))
+    got = {}
+    for pooling in (-1, 0, 2, 3):
+        ctx = target.new_context(bert, n_ctx=64, n_batch=64, n_ubatch=64, pooling=pooling)
+        try:
+            got[pooling] = int(ctx.pooling_type())
+        finally:
+            release(ctx)
+    assert got == {-1: BERT_POOLING["mean"], 0: 0, 2: 2, 3: 3}, got
 
 
 @pytest.mark.invariant("DEC-059")

@@ -143,9 +143,18 @@ class BatchRules(Logits, Protocol):
     not claim it: the verdicts would be that code's, not the engine's."""
 
 
+@role("context")
+class PoolingContext(EmbeddingsContext, Protocol):
+    def pooling_type(self) -> int:
+        """``llama_pooling_type``: the pooling the context resolved at creation (-1 never)."""
+        ...
+
+
 class Pooling(Embeddings, Protocol):
     """``pooling`` (MEAN 1, CLS 2, LAST 3, NONE 0, -1 the model's) picks the pooled row of each
     sequence (``get_embeddings_seq``) as the engine computes it."""
+
+    def new_context(self, model: Any, **params: Any) -> PoolingContext: ...
 
 
 class NonCausal(Logits, Protocol):

@@ -116,6 +116,9 @@ class LlamaCppDecodeContext:
     def n_seq_max(self) -> int:
         return self._ctx.n_seq_max
 
+    def pooling_type(self) -> int:
+        return int(self._lc.llama_pooling_type(self._ctx.ptr))
+
     # -- decode ----------------------------------------------------------------------------
     def decode(self, batch: Batch) -> int:
         if not isinstance(batch, Batch):
