@@ -389,6 +389,23 @@ def _shared_cell_error_names_cell(target: Any) -> Any:
     return target
 
 
+def _seq_rm_range_message_drops_minus_one(target: Any) -> Any:
+    """seq_rm's KV_SEQ_ID_RANGE message leaves -1 out of the accepted ids."""
+    from reference_impl.kv.cache import KVCache
+
+    original = KVCache._check_seq
+
+    def check_seq(
+        self: KVCache, seq_id: int, *, allow_all: bool = False, fld: str = "seq_id"
+    ) -> None:
+        if allow_all and seq_id == -1:
+            return
+        original(self, seq_id, fld=fld)  # the message of a call that does not accept -1
+
+    KVCache._check_seq = check_seq  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "kv-prepare-mutates",
@@ -567,5 +584,12 @@ MUTANTS = [
         "the shared-cell slot error's index is the cell id, not the token index",
         ("KV-012",),
         _shared_cell_error_names_cell,
+    ),
+    Mutant(
+        "kv-seq-rm-range-message-drops-minus-one",
+        "kv",
+        "seq_rm's sequence-id range error does not list -1 among the accepted ids",
+        ("KV-003",),
+        _seq_rm_range_message_drops_minus_one,
     ),
 ]
