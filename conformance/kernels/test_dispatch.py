@@ -213,6 +213,14 @@ def test_decoupled_records_count_their_launches(
     prefix = max(length - resid, 0)  # the quantized prefix: all but the last `resid` tokens
     launches = _decoupled_launches(record.path, prefix, inp.null is not None, 32)
     _assert_counts(record, prefix, 32, launches)
+    # ... and what it read, on every path: the inputs the counts follow from
+    read = {key: record.detail.get(key) for key in ("prefix_len", "tail_len", "has_null")}
+    want = {
+        "prefix_len": prefix,
+        "tail_len": length - prefix,
+        "has_null": int(inp.null is not None),
+    }
+    assert read == want, f"{record.path}: {record.detail}, want {want}"
     _tolerance.assert_within(out, inp.expected, record.path)
 
 

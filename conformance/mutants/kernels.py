@@ -217,6 +217,24 @@ def _reference_path_claims_interpreter(target: Any) -> Any:
     return target
 
 
+def _null_flag_inverted(target: Any) -> Any:
+    import dataclasses
+
+    from kernels import dispatch
+
+    original = dispatch.emit
+
+    def emit(record: Any, trace: Any) -> None:
+        if "has_null" in record.detail:
+            # the defect: the record says a null token was read when there was none, and back
+            detail = {**record.detail, "has_null": 1 - record.detail["has_null"]}
+            record = dataclasses.replace(record, detail=detail)
+        original(record, trace)
+
+    replace("kernels.dispatch", "emit", emit)
+    return target
+
+
 # --------------------------------------------------------------------------------------------
 # GQA kernels and reference
 # --------------------------------------------------------------------------------------------
@@ -272,6 +290,13 @@ MUTANTS = [
         "every dispatch record sets interpreter, also on the torch and streaming paths",
         ("KRN-024",),
         _reference_path_claims_interpreter,
+    ),
+    Mutant(
+        "krn-record-null-flag-inverted",
+        "kernels",
+        "a decoupled dispatch record's has_null says 1 without a null token and 0 with one",
+        ("KRN-024",),
+        _null_flag_inverted,
     ),
     Mutant(
         "krn-two-pass-counts-no-partition",
