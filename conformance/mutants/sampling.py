@@ -187,6 +187,14 @@ def _mirostat_v2_reset_keeps_stream(target: Any) -> Any:
     return target
 
 
+def _seeded_reset_replays_drawn_seed(target: Any) -> Any:
+    def _reseed(self: samplers._Seeded) -> None:
+        self._rng.seed(self.seed_cur)  # the defect: LLAMA_DEFAULT_SEED is not drawn again
+
+    samplers._Seeded._reseed = _reseed  # type: ignore[method-assign]
+    return target
+
+
 def _float_draw_of_one_kept(_: Any) -> Callable[[mt19937.MT19937], np.float32]:
     def uniform_float_01(rng: mt19937.MT19937) -> np.float32:
         # the defect: an output that rounds to 2^32 gives 1, not the float below 1
@@ -556,6 +564,14 @@ MUTANTS = [
         "dist's reset does not reseed, so the stream does not restart",
         ("SMP-024",),
         _reset_keeps_stream,
+    ),
+    Mutant(
+        "smp-seeded-reset-replays-drawn-seed",
+        "sampling",
+        "xtc, mirostat and adaptive-p reseed from the seed drawn at construction, so with"
+        " LLAMA_DEFAULT_SEED a reset replays their stream",
+        ("SMP-024",),
+        _seeded_reset_replays_drawn_seed,
     ),
     Mutant(
         "smp-sample-skips-accept",

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conformance.assertions import assert_close
 from conformance.sampling.support import (
     apply_once,
+    candidates,
     chain_of,
     describe,
     mt19937_uniforms,
@@ -220,3 +221,66 @@ def test_default_seed_is_random(target: Any, make_chain: Any) -> None:
     assert first != [target.sampler_sample(b, UNIFORM) for _ in range(12)]
     target.sampler_reset(a)
     assert first != [target.sampler_sample(a, UNIFORM) for _ in range(12)]
+
+
+DEFAULT_SEED = 0xFFFFFFFF
+# XTC on these 12 rows drops the top choices at a draw u <= 0.5 and nothing otherwise, so the
+# kept sizes of 40 applies spell out 40 bits of its stream; mirostat v2 picks among 1000 equal
+# rows (tau 20 keeps them all), 12 picks spelling ~120 bits; mirostat v1 (whose fit keeps one
+# row of a flat array) picks among 16 Zipf rows p ~ 1/(i + 1), 24 picks spelling ~70 bits.
+_XTC_ROWS = np.linspace(-1.0, 1.0, 12).astype(F32)
+_ZIPF_ROWS = -np.log(np.arange(1, 17)).astype(F32)
+
+
+@pytest.mark.invariant("SMP-024")
+@pytest.mark.parametrize(
+    ("spec", "rows", "n"),
+    [
+        needs_samplers(
+            [["xtc", {"p": 0.5, "t": 0.05, "min_keep": 0, "seed": DEFAULT_SEED}]],
+            [["xtc", {"p": 0.5, "t": 0.05, "min_keep": 0, "seed": DEFAULT_SEED}]],
+            _XTC_ROWS,
+            40,
+            id="xtc",
+        ),
+        needs_samplers(
+            [["mirostat_v2", {"seed": DEFAULT_SEED, "tau": 20.0, "eta": 0.1}]],
+            [["mirostat_v2", {"seed": DEFAULT_SEED, "tau": 20.0, "eta": 0.1}]],
+            UNIFORM,
+            12,
+            id="mirostat_v2",
+        ),
+        needs_samplers(
+            [["mirostat", {"n_vocab": 16, "seed": DEFAULT_SEED, "tau": 5.0, "eta": 0.1}]],
+            [["mirostat", {"n_vocab": 16, "seed": DEFAULT_SEED, "tau": 5.0, "eta": 0.1}]],
+            _ZIPF_ROWS,
+            24,
+            id="mirostat",
+        ),
+        needs_samplers(
+            [["adaptive_p", {"target": -1.0, "decay": 0.5, "seed": DEFAULT_SEED}]],
+            [["adaptive_p", {"target": -1.0, "decay": 0.5, "seed": DEFAULT_SEED}]],
+            UNIFORM,
+            12,
+            id="adaptive_p",
+        ),
+    ],
+)
+@pytest.mark.requires("sampling.chain")
+def test_default_seed_reseeds_every_seeded_sampler(
+    target: Any, spec: list[Any], rows: np.ndarray, n: int
+) -> None:
+    # each reset asks get_rng_seed again: a stream that restarted from the seed drawn at
+    # construction would repeat the first sequence
+    cur = candidates(rows)
+
+    def run(handle: Any) -> list[int]:
+        outs = [target.sampler_apply(handle, cur) for _ in range(n)]
+        return [o.size if spec[0][0] == "xtc" else int(o.ids[o.selected]) for o in outs]
+
+    with chain_of(target, spec) as a, chain_of(target, spec) as b:
+        first = run(a)
+        assert len(set(first)) > 1, first
+        assert run(b) != first
+        target.sampler_reset(a)
+        assert run(a) != first

@@ -267,6 +267,7 @@ class _Seeded(_Base):
         self.seed_cur = rng_seed(seed)
         self._rng = mt19937.MT19937(self.seed_cur)
 
+    @implements("SMP-024")
     def _reseed(self) -> None:
         self.seed_cur = rng_seed(self.seed)
         self._rng.seed(self.seed_cur)
