@@ -621,6 +621,25 @@ def _bert_layer_norm_no_bias(target: Any) -> Any:
     return target
 
 
+def _bert_kv_bias_sized_as_q(target: Any) -> Any:
+    # a missing Q/K/V bias is zeros of Q's length, also for K and V: wrong (and a failed
+    # encode) when head_count_kv < head_count makes K and V narrower than Q
+    import dataclasses
+
+    from reference_impl.model import bert
+
+    original = bert._layer
+
+    def _layer(t: dict[str, torch.Tensor], il: int) -> Any:
+        p = f"blk.{il}."
+        n_q = t[p + "attn_q.weight"].shape[0]
+        parts = [t.get(p + m + ".bias", torch.zeros(n_q)) for m in ("attn_q", "attn_k", "attn_v")]
+        return dataclasses.replace(original(t, il), b_qkv=torch.cat(parts))
+
+    replace("reference_impl.model.bert", "_layer", _layer)
+    return target
+
+
 def _cls_pooling_off_by_one(target: Any) -> Any:
     # CLS pooling reads the row after the sequence's first token (the last row stays the last)
     from reference_impl.decoder import pooling
@@ -1047,6 +1066,14 @@ MUTANTS = [
         "bert's input embeddings lack row 0 of the token-type table",
         kills=("GGUF-052",),
         apply=_bert_token_type_skipped,
+        black_box=True,
+    ),
+    Mutant(
+        "model-bert-kv-bias-sized-as-q",
+        "model",
+        "a bert layer's missing K/V bias is zeros of Q's length, not of n_embd_k_gqa",
+        kills=("GGUF-052",),
+        apply=_bert_kv_bias_sized_as_q,
         black_box=True,
     ),
     Mutant(

@@ -64,7 +64,9 @@ def _bias(t: dict[str, torch.Tensor], name: str, size: int) -> torch.Tensor:
     return torch.zeros(size) if b is None else b
 
 
+@implements("GGUF-052")
 def _layer(t: dict[str, torch.Tensor], il: int) -> BertLayer:
+    # a missing bias is zeros of its matrix's output length (K/V: n_embd_k_gqa under GQA)
     p = f"blk.{il}."
     mats = [t[p + m + ".weight"] for m in ("attn_q", "attn_k", "attn_v")]
     return BertLayer(
