@@ -757,6 +757,32 @@ def _rwkv_unmatched_byte_dropped(target: Any) -> Any:
     return target
 
 
+def _rwkv_hex_case_folded(target: Any) -> Any:
+    import re
+
+    from reference_impl.tokenizer import rwkv
+
+    original = rwkv.unescape
+
+    def unescape(text: str) -> bytes:
+        # the defect: upper-case hex digits read as their lower-case value, as Python reads them
+        return original(re.sub(r"\\x([0-9A-F]{2})", lambda m: "\\x" + m[1].lower(), text))
+
+    replace(rwkv.__name__, "unescape", unescape)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-rwkv-hex-case-folded",
+        "tokenizer",
+        "RWKV reads an upper-case hex digit of an escaped token text as its lower-case value",
+        kills=("TOK-085",),
+        apply=_rwkv_hex_case_folded,
+    ),
+]
+
+
 MUTANTS += [
     Mutant(
         "tok-rwkv-dead-end-unk",

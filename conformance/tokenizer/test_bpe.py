@@ -108,6 +108,8 @@ WORDS = [
     ("olmo", "it'S x", ["it", "'", "S", " x"]),  # contractions are case-sensitive here
     ("llama-bpe", "1234567 don'T\n\n  x", ["123", "456", "7", " don", "'T", "\n\n", " ", " x"]),
     ("qwen2", "x1234", ["x", "1", "2", "3", "4"]),
+    # an unassigned code point (U+0378) is no letter: here the lead of the letter run after it
+    ("llama-bpe", "a\u0378a x\u0378", ["a", "\u0378a", " x", "\u0378"]),
     ("deepseek-coder", "ab12 cd", ["ab", "1", "2", " cd"]),
     # U+001C is not whitespace to llama.cpp (the fixture has a token "\x1ca" to show it)
     ("deepseek-coder", "x\x1ca a\x1c", ["x", "\x1c", "a", " a", "\x1c"]),
@@ -255,6 +257,45 @@ def test_letter_run_lead_excludes_only_cr_and_lf(target: Any, tmp_path: Path, pr
         ids = target.tokenize(vocab, text, False, False)
         assert lf not in ids and cr not in ids, (pre, text, ids)
         assert _pieces(target, vocab, ids)[-1] == b"x", (pre, text, ids)
+
+
+# A token joining "a" to the lead byte 0xCD ('Í') of U+0378 (unassigned) and of U+0370 (a
+# letter), built by a merge appended last: it shows whether the two share a word.
+UNASSIGNED_PROBE = "a\u00cd"
+# pre type -> the words of "a\u0378a": the unassigned code point is "other" (a lead character
+# of a letter run in the Llama-3 family), never a letter.
+UNASSIGNED_WORDS = {
+    "gpt-2": ["a", "\u0378", "a"],  # hand-written scanners ...
+    "llama-bpe": ["a", "\u0378a"],
+    "qwen35": ["a", "\u0378a"],
+    "kimi-k2": ["a", "\u0378a"],
+    "deepseek-coder": ["a", "\u0378", "a"],  # ... and the std::regex path (`\s?\p{L}+`)
+}
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("pre", sorted(UNASSIGNED_WORDS))
+def test_unassigned_code_point_is_no_letter(target: Any, tmp_path: Path, pre: str) -> None:
+    """An unassigned code point (Unicode 15.1 ``Cn``) is neither letter, number nor space: it
+    ends the letter run before it, so no token joins it to that run; the letter U+0370 in its
+    place joins it (the control that shows the probe token is reachable)."""
+    path = tmp_path / "cn.gguf"
+    write_bpe_gguf(
+        path,
+        pre,
+        tokens=(*TOKENS, UNASSIGNED_PROBE),
+        types=(*TYPES, NORMAL),
+        merges=(*MERGES, " ".join(UNASSIGNED_PROBE)),
+    )
+    vocab = target.load_vocab(str(path))
+    probe = len(TOKENS)
+    assert target.token_to_piece(vocab, probe, True) == b"a\xcd"
+    assert target.tokenize(vocab, "a\u0370", False, False)[0] == probe
+    words = UNASSIGNED_WORDS[pre]
+    ids = target.tokenize(vocab, "".join(words), False, False)
+    want = [i for w in words for i in target.tokenize(vocab, w, False, False)]
+    assert ids == want, (pre, ids, want)
+    assert probe not in ids, (pre, ids)
 
 
 @pytest.mark.invariant("TOK-050")

@@ -129,6 +129,39 @@ def test_space_prefix_key_strips_the_first_piece(target: Any, rwkv: Any, tmp_pat
     assert_strips_first_space(target, vocab, rwkv, ("  x", "   ", " Hello world", "Hi ", "x  y"))
 
 
+# Token texts outside Python's ``repr(bytes)`` form, with the bytes llama.cpp reads from them:
+# a hex digit above '9' counts from 'a' even when upper case ("\\x4A" = 4 * 16 + 17 = "Q"), a
+# backslash before any other character stands for it, an unfinished "\\x" and a trailing
+# backslash add nothing.
+ESCAPES = (
+    ("<s>", b"<s>"),
+    ("e\\", b"e"),
+    ("\\q", b"q"),
+    ("\\x4A", b"Q"),
+    ("\\x6a", b"j"),
+    ("\\\\", b"\\"),
+    ("\\t", b"\t"),
+    ("k\\x6", b"k"),
+)
+
+
+@pytest.mark.invariant("TOK-085")
+def test_escaped_token_texts(target: Any, tmp_path: Path) -> None:
+    path = tmp_path / "rwkv-escapes.gguf"
+    w = gguf.GGUFWriter(str(path), "rwkv6")
+    w.add_tokenizer_model("rwkv")
+    w.add_token_list([t for t, _ in ESCAPES])
+    w.add_token_types([3] + [1] * (len(ESCAPES) - 1))
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    finish_gguf(w)
+    vocab = target.load_vocab(str(path))
+    pieces = [target.token_to_piece(vocab, i, True) for i in range(len(ESCAPES))]
+    assert pieces == [raw for _, raw in ESCAPES]
+    text = b"".join(raw for _, raw in ESCAPES[1:]).decode()
+    assert target.tokenize(vocab, text, False, False) == list(range(1, len(ESCAPES)))
+
+
 # A vocabulary without the one-byte tokens: no token starts with "x", "z" or NUL; "c" starts
 # only "cd"; "é" is one two-byte token.
 SPARSE = ("<s>", "a", "b", "ab", "cd", "\\xc3\\xa9")

@@ -42,6 +42,7 @@ assert set(STRIPS) == set(STRIP_VARIANTS)
 # (variant, text, the tokens' texts with parse_special), as llama.cpp 0.3.36 gives them
 CASES = [
     ("plain", "a <|sep|>  b", ["a", "Ġ", "<|sep|>", "Ġ", "Ġ", "b"]),
+    ("plain", "x [MASK] y", ["x", "Ġ", "[MASK]", "Ġ", "y"]),  # [MASK] LSTRIP needs the name
     ("phi-3", "a <|sep|>  b", ["a", "Ġ", "<|sep|>", "b"]),
     ("phi-3", "a  <|pad|>\t b", ["a", "ĠĠ", "<|pad|>", "b"]),
     ("phi-3", "a\v<|pad|>\f\r b", ["a", "ċ", "<|pad|>", "b"]),

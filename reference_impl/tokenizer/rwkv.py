@@ -18,7 +18,7 @@ from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import BaseTokenizer, TokenizerError, TokenType, Vocab
 
 
-@implements("TOK-053")
+@implements("TOK-053", "TOK-085")
 def unescape(text: str) -> bytes:
     """The bytes an escaped RWKV token text stands for (hex digits are read as lower case,
     as llama.cpp reads them: an upper-case digit gives a wrong value, not an error)."""
