@@ -368,6 +368,27 @@ def test_split_seq_chains(target: Any, case: BatchCase, n_ubatch: int) -> None:
         used.update(idxs)
 
 
+@pytest.mark.invariant("SPL-001", "SPL-005", "SPL-014")
+def test_split_after_a_long_used_run(target: Any) -> None:
+    # 300 tokens of sequence 0, then 8 of sequence 1: once split_seq has taken sequence 0, the
+    # next split must find token 300 behind a run of used tokens longer than the small test
+    # batches ever make (a splitter that gives up scanning past it ends the batch early)
+    n0, n1 = 300, 8
+    b = Batch.from_lists(
+        [i % 32 for i in range(n0 + n1)],
+        pos=list(range(n0)) + list(range(n1)),
+        seq_ids=[[0]] * n0 + [[1]] * n1,
+    )
+    _, sp = _splitter(target, b)
+    tail = list(range(n0, n0 + n1))
+    assert [list(ub.idxs) for ub in _run(sp, "seq", n0)] == [list(range(n0)), tail]
+    sp.split_reset()
+    assert list(sp.split_seq(n0).idxs) == list(range(n0))
+    assert list(sp.split_simple(n0).idxs) == tail  # split_simple skips the used run too
+    check_empty_ubatch(sp.split_simple(n0))
+    assert sp.n_used == n0 + n1
+
+
 # ---- SPL-015 .. SPL-021 ----------------------------------------------------------------------
 
 
