@@ -32,6 +32,15 @@ def test_config_fields_are_explicit(target: Any) -> None:
         with raises_code("DBA_BAD_CONFIG", field=key):
             target.decoupled_model({**LONG, key: value}, seed=0)
     assert target.decoupled_model({**LONG, "rope_base": 500}, seed=0).config["rope_base"] == 500
+    # the approximation's sizes are counts of tokens: 1 is a size (a one-token block, window or
+    # chunk), 0 is refused naming the field
+    sizes = ("mem_block", "local_window", "q_chunk")
+    ones = target.decoupled_model({**LONG, **dict.fromkeys(sizes, 1)}, seed=0)
+    assert tuple(ones.config[k] for k in sizes) == (1, 1, 1)
+    assert ones.approx_logits(M.tokens(1, 5, seed=1)).shape == (1, 5, LONG["vocab"])
+    for key in sizes:
+        with raises_code("DBA_BAD_CONFIG", field=key):
+            target.decoupled_model({**LONG, key: 0}, seed=0)
 
 
 @pytest.mark.invariant("DBA-008")

@@ -1,13 +1,17 @@
 """The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015, DBA-017,
-DBA-020, DBA-025)."""
+DBA-020, DBA-025, DBA-028, DBA-029)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+
+from conformance.assertions import assert_close
 
 pytestmark = pytest.mark.requires("decoupled.runner")
 
@@ -221,3 +225,43 @@ def test_too_few_tokens_is_a_usage_error(
     assert rc == 2, f"exit {rc}: {err}"
     assert flag in err, err
     assert out == "" and not path.exists(), "nothing may be reported for a run that cannot run"
+
+
+@pytest.mark.invariant("DBA-028")
+@pytest.mark.requires("decoupled.model")
+def test_score_reports_the_mean_nll_of_each_next_token(target: Any, tmp_path: Path) -> None:
+    """With an fp32 policy decode gives the forward's logits (DBA-016), so the NLL is the
+    float64 mean of -log softmax(logits[i - 1])[token i] over i = 1..n-1 of the exact forward."""
+    from conformance.decoupled import _model as M
+
+    ckpt = tmp_path / "model.safetensors"
+    model = target.decoupled_model(M.TINY, seed=5)
+    model.save(str(ckpt))
+    toks = [3, 9, 27, 17, 51, 25, 9]
+    path = tmp_path / "summary.json"
+    argv = ["score", "--checkpoint", str(ckpt), "--tokens", ",".join(map(str, toks))]
+    rc, out, err = target.decoupled_runner(
+        [*argv, "--kv-quant", "fp32", "--summary-json", str(path)]
+    )
+    assert rc == 0, f"exit {rc}: {err}"
+    lp = torch.log_softmax(model.logits([toks])[0].double(), dim=-1)
+    nll = float(-lp[torch.arange(len(toks) - 1), torch.tensor(toks[1:])].mean())
+    printed = dict(ln.split(": ", 1) for ln in out.splitlines()[:2])
+    assert list(printed) == ["nll", "ppl"], out
+    # decode's float32 tolerance moves the NLL by a few 1e-6; printing rounds to 6 decimals
+    assert_close(nll, float(printed["nll"]), atol=1e-5, what="printed nll")
+    assert_close(math.exp(nll), float(printed["ppl"]), atol=0.0, rtol=2e-5, what="printed ppl")
+    assert json.loads(path.read_text())["NLL"] == printed["nll"], "the summary's NLL row"
+
+
+@pytest.mark.invariant("DBA-029")
+def test_summary_json_is_the_printed_rows_in_order(target: Any, tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    argv = ["generate", "--seed", "1", "--prompt", "4,8", "--max-new", "1", "--kv-quant", "fp32"]
+    rc, out, err = target.decoupled_runner([*argv, "--summary-json", str(path)])
+    assert rc == 0, f"exit {rc}: {err}"
+    table = out.split("Run summary\n", 1)[1].splitlines()
+    printed = {ln.split(" : ", 1)[0].strip(): ln.split(" : ", 1)[1] for ln in table}
+    assert list(printed)[:3] == ["Model", "KV Policy", "Null Attention"], table
+    body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in printed.items())
+    assert path.read_text(encoding="utf-8") == "{\n" + body + "\n}", path.read_text()

@@ -1,5 +1,5 @@
 """Mutants of the decoupled area: the decoupled attention call and cache (DBA-001..DBA-004,
-DBA-021) and the decoupled model (reference_impl/decoupled, DBA-005..DBA-024), each with one
+DBA-021) and the decoupled model (reference_impl/decoupled, DBA-005..DBA-029), each with one
 deliberate defect in a rule of spec/decoupled.md.
 
 Each patch replaces a module-level function or a method of the kernels' Python wrapper, the
@@ -431,6 +431,41 @@ def _drift_report_without_verdict(target: Any) -> Any:
     return target
 
 
+def _unit_sizes_refused(target: Any) -> Any:
+    from reference_impl.decoupled.config import DecoupledConfig
+    from reference_impl.errors import ModelLoadError
+
+    original = DecoupledConfig.__post_init__
+
+    def __post_init__(self: Any) -> None:
+        original(self)
+        for name in ("mem_block", "local_window", "q_chunk"):
+            if getattr(self, name) < 2:  # the defect: a one-token size is refused (DBA-008)
+                raise ModelLoadError("DBA_BAD_CONFIG", f"{name}: must be >= 2", field=name)
+
+    DecoupledConfig.__post_init__ = __post_init__  # type: ignore[method-assign]
+    return target
+
+
+def _scored_one_step_late(orig: Any) -> Any:
+    def _decode_all(*args: Any) -> Any:
+        seq, logits = orig(*args)
+        # the defect: token i is scored with the logits that predicted token i - 1 (DBA-028)
+        return seq, logits[:1] + logits[:-1]
+
+    return _decode_all
+
+
+def _summary_json_sorted(target: Any) -> Any:
+    from reference_impl.decoupled.runner import Summary
+
+    def as_dict(self: Summary) -> dict[str, str]:
+        return dict(sorted(self.rows))  # the defect: the file's rows sorted by key (DBA-029)
+
+    Summary.as_dict = as_dict  # type: ignore[method-assign]
+    return target
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -656,5 +691,26 @@ MUTANTS = [
         "the drift command's stdout report leaves out its Drift line",
         ("DBA-009",),
         _drift_report_without_verdict,
+    ),
+    Mutant(
+        "dba-unit-sizes-refused",
+        "decoupled",
+        "a mem_block, local_window or q_chunk of 1 is refused as a bad config",
+        ("DBA-008",),
+        _unit_sizes_refused,
+    ),
+    Mutant(
+        "dba-score-nll-one-step-late",
+        "decoupled",
+        "score takes each token's log-likelihood from the logits that predicted the token before",
+        ("DBA-028",),
+        _patch(RUNNER, "_decode_all", _scored_one_step_late),
+    ),
+    Mutant(
+        "dba-summary-json-sorted",
+        "decoupled",
+        "--summary-json writes the summary's rows sorted by key, not in the order printed",
+        ("DBA-029",),
+        _summary_json_sorted,
     ),
 ]

@@ -204,7 +204,7 @@ def _decode_all(
     return seq, logits
 
 
-@implements("DBA-025")
+@implements("DBA-025", "DBA-028")
 def _run(args: argparse.Namespace, out: TextIO) -> Summary:
     policy = resolve_policy(args)  # before anything else: a bad policy changes nothing
     model, source = _model(args)
@@ -240,6 +240,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> Summary:
     return Summary(rows)
 
 
+@implements("DBA-029")
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:  # fmt: skip
     """Run the CLI; returns the exit status (0 ok, 1 failed run, 2 bad command line)."""
