@@ -30,6 +30,7 @@ pytestmark = pytest.mark.requires(
 
 F32 = 1e-9  # decode_phase.md D1: the f32 tolerance class
 GREEDY = ["greedy"]
+TOKEN_0 = [["logit_bias", {"biases": [[0, 1000.0]]}], "greedy"]  # picks token 0 on any row
 
 
 def best(row: Any) -> int:
@@ -114,6 +115,7 @@ def test_with_embeddings_every_token_of_a_sampled_sequence_counts(
 
 
 @pytest.mark.invariant("OUT-034")
+@pytest.mark.requires("sampling.logit_bias")
 def test_sampled_tokens_follow_the_batch_order_of_their_rows(
     new_ctx: Callable[..., Any], target: Any, load: Callable[[str], Any]
 ) -> None:
@@ -121,7 +123,8 @@ def test_sampled_tokens_follow_the_batch_order_of_their_rows(
     sequence per ubatch, so the flagged tokens (batch tokens 2, 3 and 7, at positions 2, 0
     and 1 of sequences 0, 1 and 2) are computed in the order 3, 7, 2. The token sampled for
     each batch token is the greedy choice of that token's own history, and the three
-    differ, so a row read in emission order gives another sequence's token."""
+    differ, so a row read in emission order gives another sequence's token. A chain biased to
+    token 0 then samples 0 on sequence 1's next row: id 0 is a token, not a missing sample."""
     oracle = ForwardOracle(target, load("gqa"))
     toks = prompt(9, start=31)
     ctx = new_ctx(n_ctx=768, n_batch=16, n_ubatch=3, n_seq_max=3, kv_unified=False)
@@ -135,3 +138,7 @@ def test_sampled_tokens_follow_the_batch_order_of_their_rows(
     for i in (7, 2, 3):  # the first read is not batch token 0's
         assert target.backend_sample(ctx, i // 3, i) == want[i], f"batch token {i}"
     assert memory_view(ctx, range(3)) == {0: (0, 2), 1: (0, 2), 2: (0, 2)}
+    # token id 0 is a sampled token like any other, not "nothing sampled"
+    target.backend_set_sampler(ctx, 1, TOKEN_0)
+    assert ctx.decode(batch(toks[6:7], seqs=[[1]], pos=[3], out=[1])) == 0
+    assert target.backend_sample(ctx, 1, 0) == 0

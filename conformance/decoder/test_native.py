@@ -136,6 +136,30 @@ def test_native_step_writes_exactly_the_slot_cell(
             assert changed == [[stream, cell]], changed
 
 
+@pytest.mark.requires("decoder.native", "decoder.logits")
+@pytest.mark.invariant("DEC-060", "DEC-061")
+def test_native_step_into_the_last_cell_attends_the_whole_cache(
+    new_ctx: Callable[..., Any],
+) -> None:
+    """A one-token step into the cache's last cell, after a prefill of every other cell,
+    attends all ``kv_size`` cells: it runs natively, writes that cell, and matches torch."""
+    ref, nat = _pair(new_ctx, "gqa", n_ctx=256, n_batch=256, n_ubatch=256)
+    kv_size = nat.memory.k[0].shape[1]
+    toks = prompt(kv_size, start=11)
+    b = batch(toks[:-1], pos=list(range(kv_size - 1)), out=[0] * (kv_size - 2) + [1])
+    assert ref.decode(b) == 0 and nat.decode(b) == 0
+    last = batch(toks[-1:], pos=[kv_size - 1], all_out=True)
+    assert ref.decode(last) == 0 and nat.decode(last) == 0
+    assert _paths(nat) == ["native"]
+    (cells,) = [
+        e.data["cells"] for e in nat.trace.of_call(nat.trace.calls - 1) if e.kind == "apply"
+    ]
+    assert cells == [(0, kv_size - 1)], cells
+    assert_nmse(ref.get_logits_ith(0), nat.get_logits_ith(0), 1e-9, "the last cell's logits")
+    for k, (want, got) in enumerate(zip(_kv(ref), _kv(nat), strict=True)):
+        assert_nmse(want, got, 1e-9, f"K/V tensor {k}")
+
+
 @pytest.mark.requires(
     "decoder.native", "decoder.logits", "decoder.kv_dtype", "decoder.attention_backend"
 )
