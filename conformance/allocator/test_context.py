@@ -115,3 +115,23 @@ def test_an_allocating_context_is_refused(target: Any) -> None:
         target.allocator_ctx_tensors([_t("a", 8)], buft, no_alloc=False)
     with raises_code("ALLOC_CONTEXT_ALLOCATED", field="no_alloc"):
         target.allocator_ctx_tensors_size([_t("a", 8)], buft, no_alloc=False)
+
+
+@pytest.mark.requires("allocator.errors")
+@pytest.mark.invariant("ALLOC-032", "ALLOC-014")
+def test_a_buffer_may_hold_exactly_size_max_bytes(target: Any) -> None:
+    """Alignment 1, no maximum: tensors of SIZE_MAX - 1 and 1 bytes fill one buffer of exactly
+    SIZE_MAX bytes, which is still a size_t. A size rounded past SIZE_MAX overflows, and so
+    does the size-only total of two buffers (SIZE_MAX and 1 bytes) that each fit."""
+    buft = BufferType("byte", 1, SIZE_MAX)
+    full = [_t("a", SIZE_MAX - 1), _t("b", 1)]
+    assert target.allocator_ctx_tensors_size(full, buft) == SIZE_MAX
+    got = target.allocator_ctx_tensors(full, buft)
+    assert got.buffer_sizes == (SIZE_MAX,), "a buffer of exactly SIZE_MAX bytes was refused"
+    assert got.placements == {"a": (0, 0), "b": (0, SIZE_MAX - 1)}
+    with raises_code("ALLOC_OVERFLOW", field="size", what="rounding SIZE_MAX up to 2"):
+        target.allocator_ctx_tensors_size([_t("a", SIZE_MAX)], BufferType("two", 2, SIZE_MAX))
+    two = [_t("a", SIZE_MAX), _t("b", 1)]
+    assert target.allocator_ctx_tensors(two, buft).buffer_sizes == (SIZE_MAX, 1)
+    with raises_code("ALLOC_OVERFLOW", field="size", what="a total of SIZE_MAX + 1"):
+        target.allocator_ctx_tensors_size(two, buft)

@@ -170,28 +170,34 @@ def test_overflow_mid_plan_changes_nothing(target: Any) -> None:
 
 
 @pytest.mark.invariant("ALLOC-014", "ALLOC-033")
-def test_chunk_sum_overflow_keeps_the_stored_plan(target: Any) -> None:
+@pytest.mark.parametrize("where", [0, 1], ids=["in-buffer-0", "in-buffer-1"])
+def test_chunk_sum_overflow_keeps_the_stored_plan(target: Any, where: int) -> None:
     """Two 2^63-byte inputs plan fine in two chunks whose sizes sum past SIZE_MAX: the reserve
     fails, and the plan stored before it still serves (a two-buffer planner would refuse a
-    graph that does not match its stored plan)."""
+    graph that does not match its stored plan). With the huge inputs in buffer 1, buffer 0 has
+    already outgrown its backing (a 64-byte input) when buffer 1's sum overflows: its old
+    backing must be back too."""
     g = _good()
     ga = target.allocator_planner(TWO)
     assert ga.reserve(g, (0, 0), (0, 0)) and ga.alloc_graph(g)
+    assert ga.buffer_size(0) == 32 and ga.buffer_size(1) == 0
     half = 2**63
     huge = build_graph(
         [
+            inp("z", 64),
             Tensor("a", half, input=True),
             Tensor("b", half, input=True),
-            out(f32("c", 1, "CONCAT", "a", "b")),
+            out(f32("c", 1, "CONCAT", "z", "a", "b")),
         ],
         ["c"],
     )
+    assert huge.leafs == ("z", "a", "b")
     for call in (ga.reserve, ga.reserve_size):
         with (
             unchanged(lambda: _state(ga, 2), "the planner"),
             raises_code("ALLOC_OVERFLOW", field="size", what=call.__name__),
         ):
-            call(huge, (0,), (0, 0))
+            call(huge, (0,), (0, where, where))
         assert ga.alloc_graph(g), f"after the failed {call.__name__} the stored plan was lost"
 
 

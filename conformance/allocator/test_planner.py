@@ -318,6 +318,20 @@ def test_each_buffer_has_its_own_alignment(target: Any) -> None:
         "n": (0, 64),
         "m": (1, 16),
     }
+    # a buffer type given by name alone has test-alloc's default alignment (8) and no maximum:
+    # the same graph packs at 8 into one chunk (m takes the block l0 and l1 left)
+    plain = target.allocator_planner((BufferType("plain"),))
+    assert plain.alloc_graph(g)
+    got = {n: (p.chunk, p.offset) for n, p in plain.placements.items()}
+    assert got == {
+        "l0": (0, 0),
+        "l1": (0, 8),
+        "l2": (0, 16),
+        "l3": (0, 24),
+        "n": (0, 32),
+        "m": (0, 0),
+    }
+    assert plain.chunk_sizes(0) == [48]
 
 
 def _two_graphs() -> tuple[Graph, Graph, Graph]:

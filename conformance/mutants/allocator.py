@@ -354,6 +354,16 @@ def _ctx_ignores_max_size(target: Any) -> Any:
     return target
 
 
+def _ctx_total_wraps(target: Any) -> Any:
+    def alloc_ctx_tensors_size(tensors: Any, buft: Any, *, no_alloc: bool) -> int:
+        context._check(tensors, buft, no_alloc)
+        # the defect: the buffers are summed as a size_t, which wraps (as ggml's sum does)
+        return sum(size for _, _, size in context._ranges(tensors, buft)) % 2**64
+
+    replace("reference_impl.allocator.context", "alloc_ctx_tensors_size", alloc_ctx_tensors_size)
+    return target
+
+
 def _free_block_limit_off_by_one(target: Any) -> Any:
     replace("reference_impl.allocator.chunks", "MAX_FREE_BLOCKS", chunks.MAX_FREE_BLOCKS + 1)
     return target
@@ -593,6 +603,13 @@ MUTANTS = [
         "alloc_ctx_tensors packs everything in one buffer whatever the maximum size",
         ("ALLOC-032",),
         _ctx_ignores_max_size,
+    ),
+    Mutant(
+        "alloc-ctx-total-wraps",
+        "allocator",
+        "alloc_ctx_tensors_size wraps a total past SIZE_MAX instead of refusing it",
+        ("ALLOC-014",),
+        _ctx_total_wraps,
     ),
     Mutant(
         "alloc-free-block-limit-257",

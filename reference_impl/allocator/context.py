@@ -86,10 +86,13 @@ def _view(root: tuple[int, int] | None, offs: int) -> tuple[int, int] | None:
     return None if root is None else (root[0], root[1] + offs)
 
 
-@implements("ALLOC-032")
-def alloc_ctx_tensors_size(
-    tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool = True
-) -> int:
+@implements("ALLOC-032", "ALLOC-014")
+def alloc_ctx_tensors_size(tensors: Sequence[Tensor], buft: BufferType, *, no_alloc: bool) -> int:
     """The bytes :func:`alloc_ctx_tensors` would allocate, allocating nothing."""
     _check(tensors, buft, no_alloc)
-    return sum(size for _, _, size in _ranges(tensors, buft))
+    total = sum(size for _, _, size in _ranges(tensors, buft))
+    if total > SIZE_MAX:  # each buffer is a size_t, their sum may not be (ggml wraps it)
+        raise AllocError(
+            "ALLOC_OVERFLOW", f"the buffers sum to {total} bytes, past SIZE_MAX", field="size"
+        )
+    return total

@@ -27,6 +27,7 @@ from reference_impl.spec_links import implements
 _R = TypeVar("_R")
 
 
+@implements("ALLOC-016")
 @dataclass(frozen=True)
 class BufferType:
     """A backend buffer type as the allocator sees it; equal names mean the same type."""
