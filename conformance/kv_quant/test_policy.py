@@ -183,6 +183,7 @@ def test_malformed_policy(target: Any, text: str, code: str, field: str | None) 
         ("q8_0", 40, 16, 48 + 6),
         ("q4_0", 40, 16, 24 + 6),
         ("nf4", 384, 64, 192 + 12),
+        ("q8_0", 5, 1, 5 + 10),  # a block of one value: the smallest positive size is valid
     ],
 )
 def test_reported_cost_per_token(
