@@ -64,10 +64,11 @@ class RecurrentBatchContext(MemoryContext):
 
 
 class RecurrentFullContext(MemoryContext):
-    def __init__(self, mem: RecurrentMemory) -> None:
+    """The whole-memory context (worst-case graph reservation). llama.cpp's keeps the memory and
+    its cell count for graph building; without tensors nothing reads them, so it holds neither."""
+
+    def __init__(self) -> None:
         super().__init__(MemoryStatus.SUCCESS)
-        self.mem = mem
-        self.n_rs = mem.size
 
     @implements("MEM-018")
     def apply(self) -> bool:
@@ -348,7 +349,7 @@ class RecurrentMemory:
         return NoUpdateContext()
 
     def init_full(self) -> MemoryContext:
-        return RecurrentFullContext(self)
+        return RecurrentFullContext()
 
     def state(self) -> RSState:
         return RSState(
