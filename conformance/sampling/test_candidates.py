@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.assertions import raises_code, unchanged
-from conformance.sampling.support import candidates, chain_of
+from conformance.sampling.support import candidates, chain_of, describe
 from conformance.strategies.sampling import (
     FILTER_CAPABILITIES,
     available_filters,
@@ -115,6 +115,18 @@ def test_apply_rejects_bad_arrays_without_touching_the_stream(
     after = [target.sampler_apply(seeded, good).selected for _ in range(6)]
     expected = [target.sampler_apply(fresh, good).selected for _ in range(6)]
     assert after == expected, "a rejected call advanced the random stream"
+
+
+@pytest.mark.invariant("SMP-003")
+@pytest.mark.requires("sampling.chain", "sampling.input_checks", "sampling.greedy")
+def test_apply_accepts_wide_ids_at_the_int32_bounds(target: Any, make_chain: Any) -> None:
+    # int64 ids equal to INT32_MIN and INT32_MAX are in range: stored as int32, greedy picks
+    # the row of the largest logit
+    ids = np.array([-(2**31), 0, 2**31 - 1, 5], np.int64)
+    cur = TokenDataArray(ids, np.array([0.5, 1.0, 2.0, -1.0], F32), np.zeros(4, F32))
+    out = target.sampler_apply(make_chain([["greedy", {}]]), cur)
+    assert out.ids.dtype == np.int32 and out.ids.tolist() == ids.tolist(), describe(out)
+    assert out.selected == 2, describe(out)
 
 
 @pytest.mark.invariant("SMP-004")

@@ -189,22 +189,32 @@ def test_default_parameters(target: Any, scale: float) -> None:
 
 @pytest.mark.invariant("SMP-051", "SMP-080")
 @pytest.mark.requires("sampling.default_chain", "sampling.dry", "sampling.dist")
-def test_default_dry_parameters(target: Any) -> None:
-    # DRY on with every other dry_* parameter left at its default. The newest run is 4 5 6:
-    # 6 at row 2 ends the run 4 5 6 (L = 3) and is followed by 8; 6 at row 6 ends 5 6 (L = 2,
-    # the 0 before it differs from 4) and is followed by 7. allowed_length 2 penalises both,
-    # 8 by 0.8 * 1.75 and 7 by 0.8 (allowed_length 3 would spare 7; another base changes 8).
-    history = [4, 5, 6, 8, 0, 5, 6, 7, 1, 4, 5, 6]
+@pytest.mark.parametrize(
+    ("history", "penalties"),
+    [
+        # The newest run is 4 5 6: 6 at row 2 ends the run 4 5 6 (L = 3) and is followed by 8;
+        # 6 at row 6 ends 5 6 (L = 2, the 0 before it differs from 4) and is followed by 7.
+        # allowed_length 2 penalises both, 8 by 0.8 * 1.75 and 7 by 0.8 (allowed_length 3
+        # would spare 7; another base changes 8).
+        pytest.param([4, 5, 6, 8, 0, 5, 6, 7, 1, 4, 5, 6], {7: 0, 8: 1}, id="base-allowed"),
+        # 65 tokens: dry_penalty_last_n 64 drops the oldest 4, so the run before 8 is 5 6
+        # (L = 2, penalty 0.8); a window of 65 would see 4 5 6 (L = 3)
+        pytest.param([4, 5, 6, 8, *range(20, 78), 4, 5, 6], {8: 0}, id="window-64"),
+    ],
+)
+def test_default_dry_parameters(target: Any, history: list[int], penalties: dict[int, int]) -> None:
+    # DRY on with every other dry_* parameter left at its default
     prm = {"seed": 4, "samplers": ["dry"], "dry_multiplier": 0.8}
-    cur = candidates(np.zeros(12, F32))
+    cur = candidates(np.zeros(80, F32))
     handle = target.sampler_chain_init_default(prm)
     try:
         out = _run(target, handle, cur, history, 1)[0]
     finally:
         target.sampler_free(handle)
-    expected = np.zeros(12, F32)
-    expected[7], expected[8] = -F32(0.8), -(F32(0.8) * F32(1.75))
-    assert out.ids.tolist() == list(range(12)), describe(out)
+    expected = np.zeros(80, F32)
+    for token, exponent in penalties.items():
+        expected[token] = -F32(float(F32(0.8)) * float(F32(1.75)) ** exponent)
+    assert out.ids.tolist() == list(range(80)), describe(out)
     assert np.array_equal(out.logits, expected), describe(out)
 
 
@@ -236,20 +246,26 @@ def test_default_seed_is_random(target: Any) -> None:
         target.sampler_free(b)
 
 
+# 100 equal top logits, then a drop: the first 100 sorted probabilities fit s = 0 (k is not
+# finite, one row stays); fitting 101 would see the drop and keep many rows
+_STEP_ROW = np.concatenate([np.zeros(100, F32), np.full(200, -20.0, F32)])
+
+
 @pytest.mark.invariant("SMP-088")
 @pytest.mark.requires("sampling.default_chain", "sampling.temp")
 @pytest.mark.parametrize(
-    "prm",
+    ("prm", "row"),
     [
-        needs_samplers(documented_chain(p), p, id=name)
-        for name, p in (
-            ("mirostat-1", {"seed": 5, "mirostat": 1, "n_vocab": 300, "temp": 0.7}),
-            ("mirostat-2", {"seed": 5, "mirostat": 2, "mirostat_tau": 3.0, "logit_bias": [[2, 9.0]]}),
+        needs_samplers(documented_chain(p), p, row, id=name)
+        for name, p, row in (
+            ("mirostat-1", {"seed": 5, "mirostat": 1, "n_vocab": 300, "temp": 0.7}, logits_from_seed(8, 300, 2.0)),
+            ("mirostat-1-m-100", {"seed": 5, "mirostat": 1, "n_vocab": 300, "temp": 0.7}, _STEP_ROW),
+            ("mirostat-2", {"seed": 5, "mirostat": 2, "mirostat_tau": 3.0, "logit_bias": [[2, 9.0]]}, logits_from_seed(8, 300, 2.0)),
         )
     ],
 )  # fmt: skip
-def test_default_chain_mirostat_modes(target: Any, prm: dict[str, Any]) -> None:
-    cur = candidates(logits_from_seed(8, 300, 2.0))
+def test_default_chain_mirostat_modes(target: Any, prm: dict[str, Any], row: np.ndarray) -> None:
+    cur = candidates(row)
     with chain_of(target, documented_chain(prm)) as explicit:
         expected = _run(target, explicit, cur, [3, 4], 4)
     handle = target.sampler_chain_init_default(prm)

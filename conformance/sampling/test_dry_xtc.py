@@ -122,6 +122,7 @@ def test_dry_marks_unsorted_and_caps_the_exponent(target: Any) -> None:
         ({"allowed_length": 0}, [6], False),  # n = 1 > 0, no earlier position: only unsorted
         ({"allowed_length": 3}, [5, 6, 5], True),
         ({"breakers": [[7]]}, [1, 2, 1, 2, 7], True),  # the newest token breaks: cap 0 < 2
+        ({"breakers": [[7, 2]]}, [1, 2, 1, 7, 2], True),  # the tail ends at the newest: cap 0
     ],
 )
 def test_dry_early_returns_leave_the_array(
