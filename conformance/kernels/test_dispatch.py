@@ -31,6 +31,24 @@ def test_a_requested_gqa_kernel_runs(target: Any, request_: str, path: str) -> N
     _tolerance.assert_within(out, inp.expected, path)
 
 
+@pytest.mark.requires(*DECOUPLED)
+@pytest.mark.invariant("KRN-021", "KRN-020")
+@pytest.mark.parametrize(
+    "head_dims", [(256, 32, 64), (16, 256, 64), (16, 32, 256)], ids=["dsem256", "dgeo256", "dv256"]
+)
+def test_head_dim_of_exactly_256_is_eligible(target: Any, head_dims: tuple[int, int, int]) -> None:
+    """The limit is inclusive: a head dim equal to DispatchConfig.max_head_dim (256) still runs
+    the requested kernel (only a dim above it falls back, case dv512 below)."""
+    ds, dg, dv = head_dims
+    case = _cases.DecoupledCase(
+        batch=1, n_head=1, length=4, sem_head_dim=ds, geo_head_dim=dg, v_head_dim=dv
+    )
+    inp = _cases.build_decoupled(case, target)
+    out, record = target.decoupled_decode(inp.q_sem, inp.q_geo, inp.cache, None, "1pass", 32)
+    assert (record.path, record.reason) == ("triton-1pass", "requested")
+    _tolerance.assert_within(out, inp.expected, "triton-1pass", n_keys=4)
+
+
 INELIGIBLE = [
     pytest.param(
         "ksem=nf4@32,kgeo=q8_0@32,v=q4_0@32,resid=8", (16, 32, 64), "policy", id="nf4-ksem"

@@ -57,10 +57,13 @@ def test_seq_pos_bounds_after_many_removals(target: Any) -> None:
 @pytest.mark.invariant("KV-014", "KV-013")
 @pytest.mark.requires("kv.cache")
 def test_seq_rm_negative_bounds_mean_open_ends(cache: Any) -> None:
+    top = 2**31 - 2  # the largest position whose successor is still an int32 (llama_pos)
+    place_tokens(cache, [(top, [0])])  # cell 6
     cache.seq_rm(0, -1, 2)  # [0, 2)
     assert cells(cache)[:3] == [E, E, (2, (0,))]
-    cache.seq_rm(0, 4, -1)  # [4, +inf)
+    cache.seq_rm(0, 4, -1)  # [4, +inf): also the cell at the top position
     assert (cache.seq_pos_min(0), cache.seq_pos_max(0)) == (2, 3)
+    assert cells(cache)[4:7] == [E, E, E]
     assert stream(cache).head == 0
 
 

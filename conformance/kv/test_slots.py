@@ -55,6 +55,21 @@ def test_head_heuristic(target: Any) -> None:
     assert list(c.find_slot(run_of(0, 11, 4)).idxs[0]) == [8, 9, 11, 12]  # 8 <= 1 + 8
 
 
+@pytest.mark.invariant("KV-007", "KV-005")
+@pytest.mark.requires("kv.cache")
+def test_find_slot_contiguous_wraps_from_a_head_at_the_end(target: Any) -> None:
+    """A full cache (head 8 = kv_size) whose window frees cells 1..4: the first window passes the
+    end and restarts at 0, and the cells skipped from the head to the end count as tested (none
+    here), so after cell 0 (two sequences: not usable) fails, window 1..3 is still tried."""
+    c = target.new_kv_cache(kv_size=8, n_seq_max=2, unified=True, n_swa=4, swa_type=1)
+    place(c, ubatch_from_lists(list(range(8)), [[0, 1]] + [[0]] * 7))  # cells 0..7, head 8
+    assert stream(c).head == 8
+    # query position 8: positions <= 4 are past the window of 4, cells 1..4 are usable
+    assert list(c.find_slot(run_of(0, 8, 3), True).idxs[0]) == [1, 2, 3]
+    assert list(c.find_slot(run_of(0, 8, 4), True).idxs[0]) == [1, 2, 3, 4]
+    assert c.find_slot(run_of(0, 8, 5), True) is None
+
+
 @pytest.mark.invariant("KV-007")
 @pytest.mark.requires("kv.cache")
 def test_find_slot_contiguous(target: Any) -> None:

@@ -370,6 +370,32 @@ def _cont_skips_end_window(target: Any) -> Any:
     return target
 
 
+def _cont_wrap_counts_whole_cache(target: Any) -> Any:
+    """The contiguous search counts a restart at cell 0 as the whole cache tested, so it gives
+    up after the first window from 0 fails."""
+    from reference_impl.kv.cache import KVCache
+
+    def scan_cont(self: KVCache, cells: Any, head: int, n: int) -> list[int] | None:
+        size = cells.size()
+        tested = 0
+        while True:
+            if head + n > size:
+                tested += size  # the defect: size instead of the size - head cells skipped
+                head = 0
+                continue
+            window = list(range(head, head + n))
+            bad = [i for i in window if not self._usable_between(cells, i, i + 1)]
+            if not bad:
+                return window
+            tested += bad[0] - head + 1
+            head = bad[0] + 1
+            if tested >= size:
+                return None
+
+    KVCache._scan_cont = scan_cont  # type: ignore[method-assign]
+    return target
+
+
 def _shared_cell_error_names_cell(target: Any) -> Any:
     """The shared-cell slot error's index is the cell id, not the token index."""
     from reference_impl.errors import KVCacheError
@@ -577,6 +603,13 @@ MUTANTS = [
         "the contiguous search skips a window ending exactly at the last cell",
         ("KV-007",),
         _cont_skips_end_window,
+    ),
+    Mutant(
+        "kv-cont-wrap-counts-whole-cache",
+        "kv",
+        "the contiguous search counts a restart at cell 0 as the whole cache tested",
+        ("KV-007",),
+        _cont_wrap_counts_whole_cache,
     ),
     Mutant(
         "kv-shared-cell-error-names-cell",
