@@ -157,6 +157,17 @@ GQA_KV = {
     name: bert_tensor_values(CFG, name, (N_HEAD_KV * CFG.n_embd // CFG.n_head, CFG.n_embd))
     for name in (f"blk.{il}.{m}.weight" for il in range(CFG.n_layer) for m in ("attn_k", "attn_v"))
 }
+HEAD_DIM_WIDE = 2 * CFG.n_embd // CFG.n_head  # attention.key_length: n_head·head_dim = 2·n_embd
+# the wide-heads file's Q/K/V {n_embd, 2·n_embd} and O {2·n_embd, n_embd} (ggml order)
+WIDE_QKVO = {
+    f"blk.{il}.{m}.weight": bert_tensor_values(
+        CFG,
+        f"blk.{il}.{m}.weight",
+        (CFG.n_embd, 2 * CFG.n_embd) if m == "attn_output" else (2 * CFG.n_embd, CFG.n_embd),
+    )
+    for il in range(CFG.n_layer)
+    for m in ("attn_q", "attn_k", "attn_v", "attn_output")
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     # optional tensors: no token-type table, no Q/K/V/O/FFN biases
     "no-token-types": {"omit_tensors": ["token_types.weight"]},
@@ -304,6 +315,19 @@ BAD_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
         },
         "GGUF_UNSUPPORTED_FEATURE",
         "blk.0.attn_qkv.weight",
+    ),
+    # key_length / value_length: heads of 2·n_embd / n_head values, Q/K/V and O sized for them
+    # (llama.cpp 0.3.36 refuses this file: bert's attn_q must be {n_embd, n_embd})
+    "wide-heads": (
+        {
+            "override_keys": {
+                KEY + "attention.key_length": HEAD_DIM_WIDE,
+                KEY + "attention.value_length": HEAD_DIM_WIDE,
+            },
+            "override_tensors": WIDE_QKVO,
+        },
+        "GGUF_INVALID_HPARAM",
+        KEY + "attention.key_length",
     ),
     "llama-norm": (
         {"override_tensors": {"blk.0.attn_norm.weight": np.ones(CFG.n_embd, np.float32)}},

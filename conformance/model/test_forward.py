@@ -57,7 +57,9 @@ def test_logits_past_the_first_256_positions_match_oracle(
     """300 tokens: positions past 255 (beyond n_ctx_train, which only advises) rotate like the
     others; an engine that tabulates RoPE angles must grow its table correctly. Then the first
     forward of a fresh load, 520 tokens (past twice a 256-entry table in one call): its leading
-    rows are the 300-token logits (the float64 oracle over 520 tokens would cost seconds)."""
+    rows are the 300-token logits (the float64 oracle over 520 tokens would cost seconds). And
+    the first forward of another fresh load, 257 tokens: its last position is exactly 256, the
+    first one past such a table (a table grown only past its last index misses it)."""
     path = gguf_path("gqa")
     handle = load("gqa")
     n_vocab = target.model_info(handle)["n_vocab"]
@@ -67,6 +69,8 @@ def test_logits_past_the_first_256_positions_match_oracle(
     # a copy: a new file, so no engine hands back a cached model whose table has grown already
     fresh = target.load_model(shutil.copyfile(path, tmp_path / "gqa-copy.gguf"))
     assert_nmse(got, _logits(target, fresh, tokens)[:300], 1e-8, "gqa/520 tokens, fresh load")
+    edge = target.load_model(shutil.copyfile(path, tmp_path / "gqa-copy-257.gguf"))
+    assert_nmse(got[:257], _logits(target, edge, tokens[:257]), 1e-8, "gqa/257 tokens, fresh load")
 
 
 @pytest.mark.invariant("GGUF-021")

@@ -172,6 +172,29 @@ CASES = [
         "llama.attention.head_count_kv",
         _variant(override_keys={"llama.attention.head_count_kv": 3}),
     ),
+    # a zero count: llama.cpp 0.3.36 refuses these two at load (tensor shapes with a 0 dimension)
+    Case(
+        "zero-head-count-kv",
+        "GGUF-011",
+        "GGUF_INVALID_HPARAM",
+        "llama.attention.head_count_kv",
+        _variant(override_keys={"llama.attention.head_count_kv": 0}),
+    ),
+    Case(
+        "zero-feed-forward-length",
+        "GGUF-011",
+        "GGUF_INVALID_HPARAM",
+        "llama.feed_forward_length",
+        _variant(override_keys={"llama.feed_forward_length": 0}),
+    ),
+    Case(
+        "zero-context-length",
+        "GGUF-011",
+        "GGUF_INVALID_HPARAM",
+        "llama.context_length",
+        _variant(override_keys={"llama.context_length": 0}),
+        refused_by_llamacpp=False,  # llama.cpp loads it (decision: spec/model.md GGUF-011)
+    ),
     Case(
         "rope-dims-not-head-size",
         "GGUF-011",

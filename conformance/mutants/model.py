@@ -640,6 +640,23 @@ def _bert_kv_bias_sized_as_q(target: Any) -> Any:
     return target
 
 
+def _bert_heads_not_checked(target: Any) -> Any:
+    # bert's hyperparameters are read as if the heads tiled n_embd, so a file whose key_length
+    # makes them wider (which llama.cpp refuses) loads and encodes with those wide heads
+    import dataclasses
+
+    from reference_impl.model import gguf_loader
+
+    original = gguf_loader.bert_hparams
+
+    def bert_hparams(meta: Any, hp: Any) -> Any:
+        tiled = dataclasses.replace(hp, head_dim=hp.n_embd // hp.n_head)
+        return dataclasses.replace(original(meta, tiled), head_dim=hp.head_dim)
+
+    replace("reference_impl.model.gguf_loader", "bert_hparams", bert_hparams)
+    return target
+
+
 def _cls_pooling_off_by_one(target: Any) -> Any:
     # CLS pooling reads the row after the sequence's first token (the last row stays the last)
     from reference_impl.decoder import pooling
@@ -1075,6 +1092,13 @@ MUTANTS = [
         kills=("GGUF-052",),
         apply=_bert_kv_bias_sized_as_q,
         black_box=True,
+    ),
+    Mutant(
+        "model-bert-heads-not-checked",
+        "model",
+        "a bert file whose key_length makes heads wider than n_embd / head_count loads",
+        kills=("GGUF-052",),
+        apply=_bert_heads_not_checked,  # killed through the error code (model.errors)
     ),
     Mutant(
         "model-bert-layernorm-no-bias",

@@ -469,6 +469,14 @@ def bert_hparams(meta: _Meta, hp: HParams) -> HParams:
     n_types = meta.get_int(key)
     if n_types <= 0:
         raise _err("GGUF_INVALID_HPARAM", f"{key} must be positive, got {n_types}", key)
+    # llama.cpp 0.3.36 sizes bert's Q and O {n_embd, n_embd} and splits Q into heads of
+    # key_length: heads that do not tile n_embd refuse the file (shape) or abort the graph
+    if hp.n_head * hp.head_dim != hp.n_embd:
+        raise _err(
+            "GGUF_INVALID_HPARAM",
+            f"head_count {hp.n_head} x key_length {hp.head_dim} != embedding_length {hp.n_embd}",
+            f"{a}.attention.key_length",
+        )
     pooling = meta.get_int(f"{a}.pooling_type", -1)
     if pooling not in (-1, 0, 1, 2, 3, 4):
         raise _err("GGUF_INVALID_HPARAM", f"unknown pooling type {pooling}", f"{a}.pooling_type")
