@@ -259,6 +259,68 @@ def test_letter_run_lead_excludes_only_cr_and_lf(target: Any, tmp_path: Path, pr
         assert _pieces(target, vocab, ids)[-1] == b"x", (pre, text, ids)
 
 
+# Tokens joining "!" to the line break after it, built by merges appended last: "!\n" and "!\r".
+BREAK_PROBES = ("!\u010a", "!\u010d")  # '!Ċ', '!č' in GPT-2's byte alphabet
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35", "kimi-k2"])
+def test_other_run_takes_the_line_breaks_after_it(target: Any, tmp_path: Path, pre: str) -> None:
+    """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` of the Llama-3 family (and Kimi-K2): a run of other
+    characters keeps the CRs and LFs right after it in its word, but not a break behind a space;
+    GPT-2's `` ?[^\\s\\p{L}\\p{N}]+`` stops before the break (the control)."""
+    path = tmp_path / "brk.gguf"
+    write_bpe_gguf(
+        path,
+        pre,
+        tokens=(*TOKENS, *BREAK_PROBES),
+        types=(*TYPES, *(NORMAL for _ in BREAK_PROBES)),
+        merges=(*MERGES, *(" ".join(p) for p in BREAK_PROBES)),
+    )
+    vocab = target.load_vocab(str(path))
+    lf, cr = range(len(TOKENS), len(TOKENS) + len(BREAK_PROBES))
+    assert [target.token_to_piece(vocab, i, True) for i in (lf, cr)] == [b"!\n", b"!\r"]
+    x = target.tokenize(vocab, "x", False, False)
+    for text, probe in (("x!\n", lf), ("x!\r", cr)):
+        ids = target.tokenize(vocab, text, False, False)
+        if pre == "gpt-2":
+            assert probe not in ids, (pre, text, ids)
+        else:
+            assert ids == [*x, probe], (pre, text, ids)
+    ids = target.tokenize(vocab, "x! \n", False, False)
+    assert lf not in ids and cr not in ids, (pre, ids)
+
+
+# A token joining "x" to an apostrophe, built by a merge appended last: it is reached only when
+# the apostrophe belongs to the letter word "x" starts.
+APOSTROPHE_PROBE = "x'"
+
+
+@pytest.mark.invariant("TOK-050")
+def test_kimi_contraction_ends_the_letter_word(target: Any, tmp_path: Path) -> None:
+    """Kimi-K2's letter word ends with an optional case-insensitive contraction (``'s 't 'm 'd
+    're 've 'll``) of its own; any other apostrophe, or a contraction cut short by the end of the
+    text, starts the next word."""
+    path = tmp_path / "kimi.gguf"
+    write_bpe_gguf(
+        path,
+        "kimi-k2",
+        tokens=(*TOKENS, APOSTROPHE_PROBE),
+        types=(*TYPES, NORMAL),
+        merges=(*MERGES, " ".join(APOSTROPHE_PROBE)),
+    )
+    vocab = target.load_vocab(str(path))
+    probe = len(TOKENS)
+    assert target.token_to_piece(vocab, probe, True) == b"x'"
+    # upper case: the fixture merges "'" with the lower-case contractions first
+    for text in ("x'S", "x'T", "x'M", "x'D", "x'RE", "x'Ve", "x'lL", "x'LL a"):
+        assert target.tokenize(vocab, text, False, False)[0] == probe, text
+    for text in ("x'ab", "x'r", "x'", "x'a'll"):
+        ids = target.tokenize(vocab, text, False, False)
+        assert probe not in ids, (text, ids)
+        assert _pieces(target, vocab, ids)[0] == b"x", (text, ids)
+
+
 # A token joining "a" to the lead byte 0xCD ('Í') of U+0378 (unassigned) and of U+0370 (a
 # letter), built by a merge appended last: it shows whether the two share a word.
 UNASSIGNED_PROBE = "a\u00cd"
