@@ -198,22 +198,27 @@ def test_space_run_after_a_newline_word_keeps_its_last_space(
 NEWLINE_SPACE = "\u010a\u0120"  # 'ĊĠ': "\n " in GPT-2's byte alphabet
 
 
+def _vocab_with_probes(target: Any, path: Path, pre: str, *probes: str) -> tuple[Any, int]:
+    """The fixture vocabulary of ``pre`` plus two-character probe tokens, each built by a merge
+    of its two characters appended after the fixture's merges (so it is reached only when both
+    characters share a word); returns the loaded vocabulary and the first probe's id."""
+    write_bpe_gguf(
+        path,
+        pre,
+        tokens=(*TOKENS, *probes),
+        types=(*TYPES, *(NORMAL for _ in probes)),
+        merges=(*MERGES, *(" ".join(p) for p in probes)),
+    )
+    return target.load_vocab(str(path)), len(TOKENS)
+
+
 @pytest.mark.invariant("TOK-050")
 @pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35"])
 def test_newline_run_ends_at_its_last_newline(target: Any, tmp_path: Path, pre: str) -> None:
     """``\\s*[\\r\\n]+`` of the Llama-3 family: a whitespace run ends after its last newline,
     so a newline followed by spaces and text is a word alone; GPT-2's ``\\s+(?!\\S)`` keeps it
     with the first space (the control that shows the probe token is reachable)."""
-    path = tmp_path / "nl.gguf"
-    write_bpe_gguf(
-        path,
-        pre,
-        tokens=(*TOKENS, NEWLINE_SPACE),
-        types=(*TYPES, NORMAL),
-        merges=(*MERGES, f"{NEWLINE_SPACE[0]} {NEWLINE_SPACE[1]}"),
-    )
-    vocab = target.load_vocab(str(path))
-    probe = len(TOKENS)
+    vocab, probe = _vocab_with_probes(target, tmp_path / "nl.gguf", pre, NEWLINE_SPACE)
     assert target.token_to_piece(vocab, probe, True) == b"\n "
     cases = {  # text -> its words by the Llama-3 expressions
         "\n  x": ["\n", " ", " x"],
@@ -241,16 +246,9 @@ LEAD_PROBES = ("\u010b", "\u010a", "\u010d")  # 'ċ', 'Ċ', 'č': bytes 0x0B, 0x
 def test_letter_run_lead_excludes_only_cr_and_lf(target: Any, tmp_path: Path, pre: str) -> None:
     """In the Llama-3 family a letter run may take one leading character that is not CR, LF,
     a letter or a number: a vertical tab joins the letters after it, a newline never does."""
-    path = tmp_path / "lead.gguf"
-    write_bpe_gguf(
-        path,
-        pre,
-        tokens=(*TOKENS, *(c + "x" for c in LEAD_PROBES)),
-        types=(*TYPES, *(NORMAL for _ in LEAD_PROBES)),
-        merges=(*MERGES, *(f"{c} x" for c in LEAD_PROBES)),
-    )
-    vocab = target.load_vocab(str(path))
-    vt, lf, cr = range(len(TOKENS), len(TOKENS) + len(LEAD_PROBES))
+    probes = (c + "x" for c in LEAD_PROBES)
+    vocab, first = _vocab_with_probes(target, tmp_path / "lead.gguf", pre, *probes)
+    vt, lf, cr = range(first, first + len(LEAD_PROBES))
     assert [target.token_to_piece(vocab, i, True) for i in (vt, lf, cr)] == [b"\vx", b"\nx", b"\rx"]
     assert target.tokenize(vocab, "a\x0bx", False, False)[-1] == vt
     for text in ("\nx", "a\nx", "\rx", "a \r\nx"):
@@ -269,16 +267,8 @@ def test_other_run_takes_the_line_breaks_after_it(target: Any, tmp_path: Path, p
     """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` of the Llama-3 family (and Kimi-K2): a run of other
     characters keeps the CRs and LFs right after it in its word, but not a break behind a space;
     GPT-2's `` ?[^\\s\\p{L}\\p{N}]+`` stops before the break (the control)."""
-    path = tmp_path / "brk.gguf"
-    write_bpe_gguf(
-        path,
-        pre,
-        tokens=(*TOKENS, *BREAK_PROBES),
-        types=(*TYPES, *(NORMAL for _ in BREAK_PROBES)),
-        merges=(*MERGES, *(" ".join(p) for p in BREAK_PROBES)),
-    )
-    vocab = target.load_vocab(str(path))
-    lf, cr = range(len(TOKENS), len(TOKENS) + len(BREAK_PROBES))
+    vocab, first = _vocab_with_probes(target, tmp_path / "brk.gguf", pre, *BREAK_PROBES)
+    lf, cr = range(first, first + len(BREAK_PROBES))
     assert [target.token_to_piece(vocab, i, True) for i in (lf, cr)] == [b"!\n", b"!\r"]
     x = target.tokenize(vocab, "x", False, False)
     for text, probe in (("x!\n", lf), ("x!\r", cr)):
@@ -301,16 +291,7 @@ def test_kimi_contraction_ends_the_letter_word(target: Any, tmp_path: Path) -> N
     """Kimi-K2's letter word ends with an optional case-insensitive contraction (``'s 't 'm 'd
     're 've 'll``) of its own; any other apostrophe, or a contraction cut short by the end of the
     text, starts the next word."""
-    path = tmp_path / "kimi.gguf"
-    write_bpe_gguf(
-        path,
-        "kimi-k2",
-        tokens=(*TOKENS, APOSTROPHE_PROBE),
-        types=(*TYPES, NORMAL),
-        merges=(*MERGES, " ".join(APOSTROPHE_PROBE)),
-    )
-    vocab = target.load_vocab(str(path))
-    probe = len(TOKENS)
+    vocab, probe = _vocab_with_probes(target, tmp_path / "kimi.gguf", "kimi-k2", APOSTROPHE_PROBE)
     assert target.token_to_piece(vocab, probe, True) == b"x'"
     # upper case: the fixture merges "'" with the lower-case contractions first
     for text in ("x'S", "x'T", "x'M", "x'D", "x'RE", "x'Ve", "x'lL", "x'LL a"):
@@ -341,16 +322,7 @@ def test_unassigned_code_point_is_no_letter(target: Any, tmp_path: Path, pre: st
     """An unassigned code point (Unicode 15.1 ``Cn``) is neither letter, number nor space: it
     ends the letter run before it, so no token joins it to that run; the letter U+0370 in its
     place joins it (the control that shows the probe token is reachable)."""
-    path = tmp_path / "cn.gguf"
-    write_bpe_gguf(
-        path,
-        pre,
-        tokens=(*TOKENS, UNASSIGNED_PROBE),
-        types=(*TYPES, NORMAL),
-        merges=(*MERGES, " ".join(UNASSIGNED_PROBE)),
-    )
-    vocab = target.load_vocab(str(path))
-    probe = len(TOKENS)
+    vocab, probe = _vocab_with_probes(target, tmp_path / "cn.gguf", pre, UNASSIGNED_PROBE)
     assert target.token_to_piece(vocab, probe, True) == b"a\xcd"
     assert target.tokenize(vocab, "a\u0370", False, False)[0] == probe
     words = UNASSIGNED_WORDS[pre]
