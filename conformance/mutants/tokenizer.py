@@ -934,3 +934,30 @@ MUTANTS += [
         apply=_spm_default_ids_swapped,
     ),
 ]
+
+
+def _plamo2_default_ids_swapped(target: Any) -> Any:
+    """A PLaMo-2 vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1. The model loader
+    imported ``load_vocab`` by name, so its binding is replaced as well."""
+    _ids_when_keys_missing(
+        "plamo2",
+        {
+            "tokenizer.ggml.bos_token_id": ("bos_id", 2),
+            "tokenizer.ggml.eos_token_id": ("eos_id", 1),
+        },
+    )(target)
+    import reference_impl.tokenizer as tok
+
+    replace("reference_impl.model.gguf_loader", "load_vocab", tok.load_vocab)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-plamo2-default-ids-swapped",
+        "tokenizer",
+        "a PLaMo-2 vocabulary without BOS / EOS id keys takes BOS 2 and EOS 1",
+        kills=("TOK-086",),
+        apply=_plamo2_default_ids_swapped,
+    ),
+]

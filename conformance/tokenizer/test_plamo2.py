@@ -134,6 +134,41 @@ def _write_vocab(
     return str(path)
 
 
+def _write_vocab_only_model(path: Path, *, ids: bool) -> str:
+    """The PLaMo-2 controls and BYTE tokens in a ``llama`` file with the few hyperparameters a
+    vocab-only load may read; ``ids`` writes BOS 2 and EOS 1 (the defaults swapped), otherwise
+    no special-id key is written."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("plamo2")
+    w.add_token_list([*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256))])
+    w.add_token_scores([0.0] * 260)
+    w.add_token_types([3] * 4 + [BYTE] * 256)
+    if ids:
+        w.add_bos_token_id(2)
+        w.add_eos_token_id(1)
+    finish_gguf(w)
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-086")
+@pytest.mark.requires("model.vocab_only")
+def test_default_special_ids(target: Any, tmp_path: Path) -> None:
+    """Without id keys a PLaMo-2 vocabulary's BOS is 1 (``<|plamo:bos|>``) and its EOS 2
+    (``<|plamo:eos|>``); written keys win. ``add_special`` frames nothing in this family, so
+    only ``vocab_info`` shows the ids."""
+    bare = target.load_model_vocab_only(_write_vocab_only_model(tmp_path / "bare.gguf", ids=False))
+    keyed = target.load_model_vocab_only(_write_vocab_only_model(tmp_path / "keyed.gguf", ids=True))
+    got = {name: target.vocab_info(v) for name, v in (("bare", bare), ("keyed", keyed))}
+    assert {k: (i["bos"], i["eos"]) for k, i in got.items()} == {"bare": (1, 2), "keyed": (2, 1)}
+    assert target.tokenize(bare, "<|plamo:bos|><|plamo:eos|>", False, True) == [1, 2]
+
+
 def _bytes_of(text: str) -> list[int]:
     return [4 + b for b in text.encode()]
 
