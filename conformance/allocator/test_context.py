@@ -118,6 +118,20 @@ def test_an_allocating_context_is_refused(target: Any) -> None:
 
 
 @pytest.mark.requires("allocator.errors")
+@pytest.mark.invariant("ALLOC-003", "ALLOC-032")
+@pytest.mark.parametrize("alignment", [0, 3, 12, 24, -8])
+def test_context_alignment_must_be_a_power_of_two(target: Any, alignment: int) -> None:
+    """The buffer type's alignment is refused even when no tensor needs memory (no buffer
+    would be made) and in the size-only form (which makes no buffer at all)."""
+    buft = BufferType("dummy", alignment, 64)
+    for tensors in ([_t("a", 8), _t("b", 12)], [_t("w", 40, has_data=True)], []):
+        with raises_code("ALLOC_ALIGNMENT", field="alignment"):
+            target.allocator_ctx_tensors(tensors, buft)
+        with raises_code("ALLOC_ALIGNMENT", field="alignment"):
+            target.allocator_ctx_tensors_size(tensors, buft)
+
+
+@pytest.mark.requires("allocator.errors")
 @pytest.mark.invariant("ALLOC-032", "ALLOC-014")
 def test_a_buffer_may_hold_exactly_size_max_bytes(target: Any) -> None:
     """Alignment 1, no maximum: tensors of SIZE_MAX - 1 and 1 bytes fill one buffer of exactly

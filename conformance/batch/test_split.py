@@ -103,6 +103,11 @@ def test_positions_layout(target: Any) -> None:
     _, sp = _splitter(target, Batch.from_lists([1, 2, 3], pos=[4, 5, 6]), n_pos_per_embd=4)
     ub = sp.split_simple(2)
     assert ub.n_pos == 4 and list(ub.pos) == [4, 5] * 4
+    # every accepted section count (SAN-002: 1..4) repeats it, not only M-RoPE's 4
+    for n_pos in (1, 2, 3):
+        _, sp = _splitter(target, Batch.from_lists([1, 2, 3], pos=[4, 5, 6]), n_pos_per_embd=n_pos)
+        ub = sp.split_simple(2)
+        assert ub.n_pos == n_pos and list(ub.pos) == [4, 5] * n_pos, f"n_pos_per_embd {n_pos}"
     # embedding batch: sections copied as given (section-major)
     planes = np.array([[10, 11, 12], [5, 6, 7], [7, 8, 9], [0, 1, 2]], np.int32)
     b = Batch(embd=np.arange(6, dtype=np.float32).reshape(3, 2), pos=planes)
