@@ -86,7 +86,8 @@ def tests(session: nox.Session) -> None:
     )
     # worksteal: the meta-tests' child runs differ in length by 100x; idle workers take work.
     steal = ["--dist", "worksteal"] if workers else []
-    _pytest(session, "tests", *workers, *steal, *session.posargs)
+    # the slowest tests are printed, so CI logs show where the time goes
+    _pytest(session, "tests", *workers, *steal, "--durations=15", *session.posargs)
     # a bounded, fixed sample of mechanical mutants; a survivor not triaged fails CI
     session.run(
         "python", "-m", "tools.mutation", "run", "--sample", "ci", "--out", REPORTS, env=_env()
