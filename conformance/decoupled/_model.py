@@ -21,6 +21,17 @@ TINY: dict[str, Any] = {
     "d_ff": 128,
 }
 NULL = {**TINY, "null_attn": True}
+# The default config (DBA-030): the fields a config leaves out; its dims are TINY's.
+DEFAULT: dict[str, Any] = {
+    **TINY,
+    "null_attn": False,
+    "rope_base": 10000.0,
+    "norm_eps": 1e-5,
+    "mem_block": 8,
+    "local_window": 16,
+    "q_chunk": 8,
+    "summarizer": "mean",
+}
 FP32 = "ksem=fp32,kgeo=fp32,v=fp32,resid=0"
 FP16 = "ksem=fp16,kgeo=fp16,v=fp16,resid=0"
 FUSED = "ksem=q4_0@32,kgeo=q8_0@32,v=q4_0@32,resid={resid}"

@@ -1,5 +1,5 @@
 """The decoupled model's attention rules, each checked as a property of the model
-(spec/decoupled.md DBA-005, DBA-006, DBA-007, DBA-010, DBA-012)."""
+(spec/decoupled.md DBA-005, DBA-006, DBA-007, DBA-010, DBA-012, DBA-030)."""
 
 from __future__ import annotations
 
@@ -226,6 +226,17 @@ def test_forward_is_pre_norm_blocks_with_a_bias_free_silu_mlp(target: Any) -> No
         h = h + (u * M.sigmoid(u)) @ M.f64(w[f"blocks.{i}.down.weight"]).T
     want = _rms(h, w["final_norm.weight"], eps) @ M.f64(w["lm_head.weight"]).T
     assert_close(want, model.logits(toks), atol=ATOL, rtol=RTOL, what="logits")
+
+
+# -- DBA-030: the default config ---------------------------------------------------------------
+
+
+@pytest.mark.invariant("DBA-030")
+def test_fields_left_out_of_a_config_take_the_default(target: Any) -> None:
+    assert target.decoupled_model({}, seed=0).config == M.DEFAULT
+    # the fields given replace their defaults, and only them
+    given = {"d_ff": 32, "null_attn": True, "summarizer": "conv"}
+    assert target.decoupled_model(given, seed=0).config == {**M.DEFAULT, **given}
 
 
 # -- DBA-012: checkpoints ----------------------------------------------------------------------

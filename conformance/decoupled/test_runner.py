@@ -1,5 +1,5 @@
 """The decoupled model's command line (spec/decoupled.md DBA-013, DBA-014, DBA-015, DBA-017,
-DBA-020, DBA-025, DBA-028, DBA-029)."""
+DBA-020, DBA-025, DBA-028, DBA-029, DBA-030, DBA-031)."""
 
 from __future__ import annotations
 
@@ -252,6 +252,49 @@ def test_score_reports_the_mean_nll_of_each_next_token(target: Any, tmp_path: Pa
     assert_close(nll, float(printed["nll"]), atol=1e-5, what="printed nll")
     assert_close(math.exp(nll), float(printed["ppl"]), atol=0.0, rtol=2e-5, what="printed ppl")
     assert json.loads(path.read_text())["NLL"] == printed["nll"], "the summary's NLL row"
+
+
+@pytest.mark.invariant("DBA-030")
+@pytest.mark.requires("decoupled.model")
+@pytest.mark.parametrize(("null_attn", "config"), [("yes", {"null_attn": True}), ("no", {})])
+def test_random_model_is_the_default_config_with_the_seed(
+    target: Any, tmp_path: Path, null_attn: str, config: dict[str, Any]
+) -> None:
+    """Without --checkpoint the runner scores with decoupled_model(default, --seed): an fp32
+    policy decodes the forward's logits (DBA-016), so its NLL is that model's (as DBA-028)."""
+    toks = [3, 9, 27, 17, 51]
+    argv = ["score", "--seed", "4", "--null-attn", null_attn, "--kv-quant", "fp32"]
+    rows = _summary(target, tmp_path, *argv, "--tokens", ",".join(map(str, toks)))
+    assert "d_model=64 n_layer=2 n_head=2 vocab=64" in rows["Model"], rows
+    model = target.decoupled_model(config, seed=4)
+    lp = torch.log_softmax(model.logits([toks])[0].double(), dim=-1)
+    nll = float(-lp[torch.arange(len(toks) - 1), torch.tensor(toks[1:])].mean())
+    assert_close(nll, float(rows["NLL"]), atol=1e-5, what="NLL of the runner's random model")
+
+
+DEFAULTS = ["--seed", "0", "--null-attn", "yes", "--kv-quant", "fused", "--kv-resid", "0",
+            "--decode-path", "auto"]  # fmt: skip
+
+
+@pytest.mark.invariant("DBA-031")
+@pytest.mark.parametrize(
+    ("argv", "defaults"),
+    [
+        (["score", "--tokens", "3,9,27,17"], DEFAULTS),
+        (["generate", "--prompt", "4,8", "--max-new", "2"], DEFAULTS),
+        (["drift"], [*DEFAULTS, "--length", "96", "--batch", "2", "--data-seed", "0",
+                     "--mask", "bottom-right"]),
+    ],
+    ids=["score", "generate", "drift"],
+)  # fmt: skip
+def test_a_flag_left_out_acts_as_its_default(
+    target: Any, argv: list[str], defaults: list[str]
+) -> None:
+    rc, implicit, err = target.decoupled_runner(argv)
+    assert rc == 0, f"exit {rc}: {err}"
+    rc, explicit, err = target.decoupled_runner([*argv, *defaults])
+    assert rc == 0, f"exit {rc}: {err}"
+    assert implicit == explicit, f"{argv} with no flags differs from {defaults} given"
 
 
 @pytest.mark.invariant("DBA-029")

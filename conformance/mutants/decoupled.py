@@ -466,6 +466,30 @@ def _summary_json_sorted(target: Any) -> Any:
     return target
 
 
+def _default_d_ff_doubled(target: Any) -> Any:
+    from reference_impl.decoupled.config import DecoupledConfig
+
+    original = DecoupledConfig.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("d_ff", 256)  # the defect: the default MLP width is 256 (DBA-030)
+        original(self, *args, **kwargs)
+
+    DecoupledConfig.__init__ = __init__  # type: ignore[method-assign]
+    return target
+
+
+def _drift_default_batch_one(orig: Any) -> Any:
+    def build_parser() -> argparse.ArgumentParser:
+        p = orig()
+        for action in p._actions:  # the defect: drift measures one sequence by default (DBA-031)
+            if isinstance(action, argparse._SubParsersAction):
+                action.choices["drift"].set_defaults(batch=1)
+        return p
+
+    return build_parser
+
+
 MUTANTS = [
     Mutant(
         "dba-empty-cache-built",
@@ -712,5 +736,19 @@ MUTANTS = [
         "--summary-json writes the summary's rows sorted by key, not in the order printed",
         ("DBA-029",),
         _summary_json_sorted,
+    ),
+    Mutant(
+        "dba-default-config-d-ff",
+        "decoupled",
+        "a config that leaves d_ff out gets an MLP width of 256 instead of the default 128",
+        ("DBA-030",),
+        _default_d_ff_doubled,
+    ),
+    Mutant(
+        "dba-drift-default-batch-one",
+        "decoupled",
+        "drift without --batch measures one sequence instead of the default 2",
+        ("DBA-031",),
+        _patch(RUNNER, "build_parser", _drift_default_batch_one),
     ),
 ]

@@ -28,7 +28,7 @@ def _bad(name: str, message: str) -> ModelLoadError:
     return ModelLoadError("DBA_BAD_CONFIG", f"{name}: {message}", field=name)
 
 
-@implements("DBA-008")
+@implements("DBA-008", "DBA-030")
 @dataclass(frozen=True)
 class DecoupledConfig:
     vocab: int = 64

@@ -74,7 +74,7 @@ def _token_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from exc
 
 
-@implements("DBA-014")
+@implements("DBA-014", "DBA-031")
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m reference_impl.decoupled",
@@ -168,7 +168,7 @@ class Summary:
         return dict(self.rows)
 
 
-@implements("DBA-017")
+@implements("DBA-017", "DBA-030")
 def _model(args: argparse.Namespace) -> tuple[DecoupledLM, str]:
     if args.checkpoint:
         return checkpoint.load(args.checkpoint), args.checkpoint
