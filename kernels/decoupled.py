@@ -165,7 +165,7 @@ def _tail(cache: DecoupledKVCache, ct: CacheTensor) -> torch.Tensor:
     return ct.tail(cache.tail_len)
 
 
-@implements("DBA-001", "DBA-002", "KRN-012")
+@implements("DBA-001", "DBA-002", "KRN-012", "KRN-027")
 def streaming_decode(
     q_sem: torch.Tensor,
     q_geo: torch.Tensor,
@@ -250,7 +250,7 @@ def _cache_args(cache: DecoupledKVCache) -> tuple[list[torch.Tensor], list[int]]
     return tensors, strides
 
 
-@implements("KRN-016")
+@implements("KRN-016", "KRN-027")
 def _finalize(
     qs: torch.Tensor,
     qg: torch.Tensor,

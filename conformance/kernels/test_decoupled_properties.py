@@ -1,13 +1,14 @@
 """Properties of decoupled decode: null token once, partition invariance, scales, dtypes, and
 refused inputs.
 
-spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019, KRN-026 (the decoupled attention they
-compute, DBA-001/DBA-002, is checked in conformance/decoupled).
+spec/kernels.md KRN-013, KRN-014, KRN-017..KRN-019, KRN-026, KRN-027 (the decoupled attention
+they compute, DBA-001/DBA-002, is checked in conformance/decoupled).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,27 @@ def test_empty_cache_with_null_outputs_v_null(target: Any, null_mode: str) -> No
     for path in fused_paths(target):
         out = decode_path(target, inp, path)
         assert torch.equal(out, want), f"{path}: empty cache with null must output v_null exactly"
+
+
+@pytest.mark.invariant("KRN-027")
+# Triton's interpreter multiplies the zero weight by inf in numpy before the guard drops it
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("null_kind", ["none", "logit -inf"])
+def test_empty_cache_with_nothing_to_attend_outputs_zeros(target: Any, null_kind: str) -> None:
+    inp = _cases.build_decoupled(_cases.DecoupledCase(length=0, null="contiguous", seed=7), target)
+    null = None
+    if null_kind == "logit -inf":
+        assert inp.null is not None
+        # k_sem_null is -inf against the sign of q_sem's first element, 0 elsewhere: the null
+        # logit is exactly -inf (weight 0); its value holds inf and NaN, which 0 * v would leak
+        k_sem = torch.zeros_like(inp.null.k_sem)
+        k_sem[..., 0] = -math.inf * torch.sign(inp.q_sem[..., 0])
+        v = inp.null.v.clone()
+        v[0], v[1, 0, 3] = math.inf, math.nan
+        null = NullKV(k_sem, torch.zeros_like(inp.null.k_geo), v)
+    for path in [*fused_paths(target), "streaming"]:
+        out = decode_path(target, inp, path, 32, null=null)
+        assert torch.equal(out, torch.zeros_like(out)), f"{path}: {out.flatten()[:4]}"
 
 
 @pytest.mark.invariant("KRN-017")

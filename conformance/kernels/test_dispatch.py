@@ -205,6 +205,8 @@ def test_gqa_records_count_their_launches(target: Any, request_: str, n_kv: int)
     inp = _cases.build_gqa(_cases.GqaCase(n_kv=n_kv, kv_size=80))
     out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, request_, 32, 40)
     _assert_counts(record, n_kv, 32, _gqa_launches(record.path, n_kv))
+    # ... and what it read, on every path: the query rows (2 here, against 4 query heads)
+    assert record.detail.get("n_tokens") == inp.q.shape[0], f"{record.path}: {record.detail}"
     _tolerance.assert_within(out, inp.expected, record.path)
 
 

@@ -235,6 +235,39 @@ def _null_flag_inverted(target: Any) -> Any:
     return target
 
 
+def _streaming_empty_row_nan(target: Any) -> Any:
+    from kernels import decoupled
+
+    def streaming_decode(
+        q_sem: Any, q_geo: Any, cache: Any, null: Any, sem_scale: float, geo_scale: float
+    ) -> torch.Tensor:
+        qs, qg = q_sem.float(), q_geo.float()
+        bsz, n_head = cache.batch, cache.dims.n_head
+        m = torch.full((bsz, n_head), float("-inf"), device=q_sem.device)
+        d = torch.zeros(bsz, n_head, device=q_sem.device)
+        o = torch.zeros(bsz, n_head, cache.dims.v_head_dim, device=q_sem.device)
+        ks, kg, vs = [], [], []
+        if null is not None:
+            nx = null.expanded(bsz)
+            ks, kg, vs = [nx.k_sem.unsqueeze(2)], [nx.k_geo.unsqueeze(2)], [nx.v.unsqueeze(2)]
+        if cache.prefix_len:
+            ks.append(decoupled._heads(cache.k_sem.stored(0, cache.prefix_len), n_head))
+            kg.append(decoupled._heads(cache.k_geo.stored(0, cache.prefix_len), n_head))
+            vs.append(decoupled._heads(cache.v.stored(0, cache.prefix_len), n_head))
+        if cache.tail_len:
+            ks.append(decoupled._heads(decoupled._tail(cache, cache.k_sem), n_head))
+            kg.append(decoupled._heads(decoupled._tail(cache, cache.k_geo), n_head))
+            vs.append(decoupled._heads(decoupled._tail(cache, cache.v), n_head))
+        if ks:
+            s = torch.einsum("bhd,bhnd->bhn", qs, torch.cat(ks, 2).float()) * sem_scale
+            s = s + torch.einsum("bhd,bhnd->bhn", qg, torch.cat(kg, 2).float()) * geo_scale
+            m, d, o = decoupled._update(m, d, o, s, torch.cat(vs, 2).float())
+        return o / d.unsqueeze(-1)  # the defect: no guard, so nothing to attend gives 0/0 = NaN
+
+    replace("kernels.decoupled", "streaming_decode", streaming_decode)
+    return target
+
+
 # --------------------------------------------------------------------------------------------
 # GQA kernels and reference
 # --------------------------------------------------------------------------------------------
@@ -260,6 +293,21 @@ def _gqa_softmax_without_guard(target: Any) -> Any:
         return torch.einsum("thj,jhd->thd", p, vv).to(q.dtype)
 
     replace("kernels.decode_attention", "gqa_decode_torch", gqa_decode_torch)
+    return target
+
+
+def _gqa_record_counts_heads(target: Any) -> Any:
+    from kernels import decode_attention
+
+    original = decode_attention.gqa_decode
+
+    def gqa_decode(q: Any, k: Any, v: Any, mask: Any, scale: float, **kw: Any) -> torch.Tensor:
+        out = original(q, k, v, mask, scale, **kw)
+        if kw.get("trace"):
+            kw["trace"][-1].detail["n_tokens"] = q.shape[1]  # the defect: heads, not query rows
+        return out
+
+    replace("kernels.decode_attention", "gqa_decode", gqa_decode)
     return target
 
 
@@ -304,6 +352,20 @@ MUTANTS = [
         "the 2-pass GQA call records 0 partitions and 1 launch, the counts of a 1-pass call",
         ("KRN-024",),
         _two_pass_counts_nothing,
+    ),
+    Mutant(
+        "krn-gqa-record-counts-heads",
+        "kernels",
+        "a GQA dispatch record's n_tokens gives the query heads instead of the query rows",
+        ("KRN-024",),
+        _gqa_record_counts_heads,
+    ),
+    Mutant(
+        "krn-streaming-empty-row-nan",
+        "kernels",
+        "the streaming path divides by the softmax denominator unguarded: nothing to attend is NaN",
+        ("KRN-027",),
+        _streaming_empty_row_nan,
     ),
     Mutant(
         "krn-gqa-group-limit-skipped",
