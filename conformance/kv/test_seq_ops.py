@@ -156,7 +156,15 @@ def test_seq_cp_across_streams_full_range(target: Any) -> None:
 @pytest.mark.requires("kv.cache")
 @pytest.mark.parametrize(
     ("p0", "p1", "full"),
-    [(0, -1, True), (-1, 0, True), (7, 8, True), (0, 7, True), (1, -1, False), (0, 6, False)],
+    [
+        (0, -1, True),
+        (-1, 0, True),
+        (7, 8, True),
+        (0, 7, True),
+        (1, -1, False),
+        (0, 6, False),
+        (6, -1, False),
+    ],
 )
 def test_seq_cp_across_streams_needs_full_range(target: Any, p0: int, p1: int, full: bool) -> None:
     c = target.new_kv_cache(kv_size=8, n_seq_max=2)

@@ -291,8 +291,25 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     four = target.new_memory("recurrent", n_seq_max=2)
     decode(target, four, [[0]] * 4, 2, 8)  # seq 0: cell 0, position 3
     assert four.seq_rm(0, 0, 3) is True
+    # p1 == 0 is an empty range, not "no bound": nothing removed, no rollback attempted
+    assert four.seq_rm(0, 0, 0) is True and four.seq_rm(0, 2, 0) is True
+    assert four.seq_pos_max(0) == 3
     four.seq_add(0, -1, -1, 2)  # follows the index
     assert (four.seq_pos_min(0), four.seq_pos_max(0)) == (5, 5)
+    # only removing every position ends a pending rollback, also for a state that seq 2 gets
+    # from seq 1 by seq_cp (no ubatch of seq 2 in between); a range from 0 with an upper bound
+    # leaves the rollback pending
+    shared = target.new_memory("recurrent", n_seq_max=3, n_rs_seq=2)
+    decode(target, shared, [[1]] * 5, 3, 8)  # seq 1 at position 4
+    shared.seq_cp(1, 2)
+    assert shared.seq_rm(2, 4, -1) is True  # the shared state goes back to position 3
+    assert shared.seq_rm(2, 0, 3) is True  # ends at the state's position: nothing removed
+    assert shared.seq_rm(2, 3, -1) is False  # seq 2's rollback is still pending
+    assert shared.seq_rm(2, -1, -1) is True  # seq 2 leaves the cell, seq 1 keeps it
+    assert shared.seq_pos_max(1) == 3 and shared.seq_pos_max(2) == -1
+    shared.seq_cp(1, 2)
+    assert shared.seq_rm(2, 3, -1) is True  # a new rollback: the pending one was ended
+    assert shared.seq_pos_max(1) == shared.seq_pos_max(2) == 2
     # removing a whole state at position 0 ends seq 0's index too: seq 1 takes the freed cell,
     # and seq 0's next state goes to another cell instead of taking seq 1's over
     zero = target.new_memory("recurrent", n_seq_max=2)
@@ -366,15 +383,18 @@ def test_hybrid_positions_after_seq_div(target: Any) -> None:
 @pytest.mark.invariant("MEM-015")
 @pytest.mark.requires(*NEEDS)
 @pytest.mark.parametrize(
-    ("swa_full", "n_ubatch", "pos_min"), [(True, 8, 0), (False, 8, 44), (False, 253, 0)]
+    ("swa_full", "n_ubatch", "pos_min"),
+    [(True, 8, 0), (None, 8, 0), (False, 8, 44), (False, 253, 0)],
 )
-def test_iswa_window_cache_size(target: Any, swa_full: bool, n_ubatch: int, pos_min: int) -> None:
+def test_iswa_window_cache_size(
+    target: Any, swa_full: bool | None, n_ubatch: int, pos_min: int
+) -> None:
     """Window 4, n_ubatch 8: the window cache has 256 cells (not 1024) unless swa_full, so
     300 tokens wrap around it and the oldest 44 positions are purged from it. With n_ubatch
-    253 it wants 4 + 253 = 257 cells, rounded up to 512: the 300 tokens fit."""
-    mem = target.new_memory(
-        "iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=n_ubatch, swa_full=swa_full
-    )
+    253 it wants 4 + 253 = 257 cells, rounded up to 512: the 300 tokens fit. A config
+    without ``swa_full`` (None) gets llama.cpp's default, true."""
+    full = {} if swa_full is None else {"swa_full": swa_full}
+    mem = target.new_memory("iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=n_ubatch, **full)
     decode(target, mem, [[0]] * 300, 1, 8)
     assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (pos_min, 299)
     mem.seq_rm(0, 100, -1)

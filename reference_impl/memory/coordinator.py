@@ -111,6 +111,7 @@ def rollback_positions(ubatch: UBatch) -> dict[int, int]:
     return out
 
 
+@implements("MEM-015")
 def make_memory(kind: str, config: KVCacheConfig | None = None, **options: Any) -> Any:
     """A memory of ``kind``. ``config`` describes the attention cache (kv, iswa, hybrid);
     recurrent memories take ``n_seq_max`` and ``n_rs_seq``. ``k_shift_fn`` is passed through."""
