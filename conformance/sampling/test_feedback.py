@@ -231,15 +231,17 @@ def shaped(p: float, goal: float) -> np.float32:
 @pytest.mark.invariant("SMP-083")
 @pytest.mark.requires(*ADAPTIVE_CAPS)
 def test_adaptive_p_transform_and_moving_average(target: Any) -> None:
-    flat = candidates(np.zeros(4, F32))  # p = 0.25 each, exactly
+    # p = 0.25 each, exactly; ids 3, 2, 1, 0: no row holds its own id, so an accept is matched
+    # to the selection by the token id, not by the row it was selected at
+    flat = candidates(np.zeros(4, F32)).take(np.arange(3, -1, -1), sorted=False)
     spec = [["adaptive_p", {"target": 0.5, "decay": 0.75, "seed": 9}]]
     with chain_of(target, spec) as handle:
         # start: average = target, so the adapted target is 2 * 0.5 - 0.5 = 0.5
         out = target.sampler_apply(handle, flat)
         assert np.all(out.logits == shaped(0.25, 0.5)) and np.all(out.p == F32(0.25))
         assert 0 <= out.selected < 4
-        chosen = int(out.ids[out.selected])
-        target.sampler_accept(handle, (chosen + 1) % 4)  # not the selection: no update
+        assert int(out.ids[out.selected]) != out.selected
+        target.sampler_accept(handle, out.selected)  # the selected row, not its token: no update
         out = target.sampler_apply(handle, flat)
         assert np.all(out.logits == shaped(0.25, 0.5)), describe(out)
         target.sampler_accept(handle, int(out.ids[out.selected]))
