@@ -213,11 +213,12 @@ def _vocab_with_probes(target: Any, path: Path, pre: str, *probes: str) -> tuple
 
 
 @pytest.mark.invariant("TOK-050")
-@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35"])
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35", "kimi-k2"])
 def test_newline_run_ends_at_its_last_newline(target: Any, tmp_path: Path, pre: str) -> None:
-    """``\\s*[\\r\\n]+`` of the Llama-3 family: a whitespace run ends after its last newline,
-    so a newline followed by spaces and text is a word alone; GPT-2's ``\\s+(?!\\S)`` keeps it
-    with the first space (the control that shows the probe token is reachable)."""
+    """``\\s*[\\r\\n]+`` of the Llama-3 family (and Kimi-K2): a whitespace run ends after its
+    last newline, so a newline followed by spaces and text is a word alone; GPT-2's
+    ``\\s+(?!\\S)`` keeps it with the first space (the control that shows the probe token is
+    reachable)."""
     vocab, probe = _vocab_with_probes(target, tmp_path / "nl.gguf", pre, NEWLINE_SPACE)
     assert target.token_to_piece(vocab, probe, True) == b"\n "
     cases = {  # text -> its words by the Llama-3 expressions
