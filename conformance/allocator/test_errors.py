@@ -212,11 +212,16 @@ def test_out_of_order_use(target: Any) -> None:
     ga = target.allocator_planner(ONE)
     assert ga.alloc_graph(g)
     ga.release()
+    # a released planner is refused before the graph is read: a bad graph is ALLOC_STATE too
+    bad = _with(g, "s", src=("x", "nowhere"))
     for name, call in (
         ("alloc_graph", lambda: ga.alloc_graph(g)),
         ("reserve", lambda: ga.reserve(g)),
         ("reserve_size", lambda: ga.reserve_size(g)),
         ("buffer_size", lambda: ga.buffer_size(0)),
+        ("alloc_graph of a bad graph", lambda: ga.alloc_graph(bad)),
+        ("reserve of a bad graph", lambda: ga.reserve(bad)),
+        ("reserve_size of a bad graph", lambda: ga.reserve_size(bad)),
     ):
         with raises_code("ALLOC_STATE", what=f"{name} after release"):
             call()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -65,8 +66,14 @@ def test_successive_tensors_pack_in_order(
 def test_out_of_space_changes_nothing(target: Any) -> None:
     ta = target.allocator_linear(64, 16)
     assert ta.alloc("a", 40) == 0
-    with raises_code("ALLOC_OUT_OF_SPACE", field="size", what="17 bytes padded to 32, 16 left"):
-        ta.alloc("b", 17)
+    with raises_code(
+        "ALLOC_OUT_OF_SPACE", field="size", what="17 bytes padded to 32, 16 left"
+    ) as raised:
+        ta.alloc("wide", 17)
+    # the message names the tensor, its padded size (32) and the bytes left (64 - 48 = 16)
+    msg = str(raised.value)
+    numbers = {int(n) for n in re.findall(r"\d+", msg)}
+    assert "wide" in msg and {32, 16} <= numbers, f"ALLOC_OUT_OF_SPACE message {msg!r}"
     assert ta.offset == 48, "a failed allocation moved the offset"
     assert ta.alloc("c", 16) == 48, "the space left is still usable"
 
