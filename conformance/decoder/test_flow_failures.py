@@ -154,13 +154,17 @@ def test_aborted_encode_returns_2_and_leaves_nothing_readable(
     assert np.array_equal(ctx.get_logits(), want)
 
 
-@pytest.mark.invariant("DEC-050")
+@pytest.mark.invariant("DEC-050", "DEC-014")
 @pytest.mark.requires("decoder.errors", "decoder.encode_with_memory")
 def test_encode_larger_than_n_ubatch_is_invalid(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=16, n_ubatch=4)
     assert ctx.encode(batch(prompt(5))) == -1
     assert_code(ctx.last_error, "DEC_UBATCH_TOO_SMALL")
     assert ctx.encode(batch(prompt(4))) == 0
+    assert ctx.last_error is None  # a successful encode clears the last error (DEC-014)
+    assert ctx.decode(batch(prompt(20))) == -1  # more than n_batch
+    assert ctx.encode(batch(prompt(4))) == 0
+    assert ctx.last_error is None, "an encode after a failed decode"
 
 
 @pytest.mark.invariant("DEC-015")

@@ -79,7 +79,7 @@ def test_decode_keeps_nothing_like_peer(target: Any, peer: Any) -> None:
     assert_nmse(theirs, ours, NMSE_BAR, "second batch vs the peer")
 
 
-@pytest.mark.invariant("DEC-048")
+@pytest.mark.invariant("DEC-048", "DEC-014")
 @pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.errors")
 def test_decode_beyond_n_ubatch_refused(target: Any) -> None:
     # encode runs one ubatch: a decode (an encode) of more tokens than n_ubatch is refused
@@ -89,6 +89,18 @@ def test_decode_beyond_n_ubatch_refused(target: Any) -> None:
     assert ctx.decode(batch(toks, pos=list(range(17)), all_out=True)) == -1
     assert ctx.last_error is not None and ctx.last_error.code == "DEC_UBATCH_TOO_SMALL"
     assert ctx.decode(batch(toks[:16], pos=list(range(16)), all_out=True)) == 0
+    assert ctx.last_error is None, "a successful decode (an encode) clears the last error"
+
+
+@pytest.mark.invariant("DEC-048", "DEC-013")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.encode")
+@pytest.mark.parametrize("call", ["decode", "encode"])
+def test_non_batch_raises_type_error(target: Any, call: str) -> None:
+    # decode on this context encodes: both calls refuse a non-Batch before anything runs
+    ctx = bert_context(target, bert_fixture_path(), embeddings=True)
+    with pytest.raises(TypeError):
+        getattr(ctx, call)(PROMPTS["short"])
+    assert getattr(ctx, call)(batch(PROMPTS["short"])) == 0
 
 
 @pytest.mark.invariant("DEC-067")
