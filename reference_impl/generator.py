@@ -30,7 +30,7 @@ from reference_impl.spec_links import implements
 SEED_MOD = 2**32
 
 
-@implements("GEN-024")
+@implements("GEN-024", "GEN-025")
 @dataclass(frozen=True)
 class GenerationRequest:
     prompts: Sequence[Sequence[int] | str]

@@ -344,6 +344,20 @@ def test_a_request_without_a_seed_uses_seed_zero(make_gen: Callable[..., Generat
     assert one.tokens != zero.tokens  # the seed shows in these tokens
 
 
+@pytest.mark.invariant("GEN-025")
+def test_a_request_without_max_tokens_returns_sixteen_tokens(
+    make_gen: Callable[..., Generator],
+) -> None:
+    """Without an end-of-generation stop, every sequence runs to the default limit of 16."""
+    prompts = [prompt(5), prompt(3, start=33)]
+    unlimited = run(make_gen(n_seq_max=2), prompts=prompts, use_eos=False)
+    assert unlimited.reasons == {0: "length", 1: "length"}
+    assert [len(unlimited.tokens[s]) for s in range(2)] == [16, 16]
+    sixteen = run(make_gen(n_seq_max=2), prompts=prompts, max_tokens=16, use_eos=False)
+    assert len(steps(unlimited)) == 15  # the 16th token is not fed back (GEN-007)
+    assert (unlimited.tokens, unlimited.reasons) == (sixteen.tokens, sixteen.reasons)
+
+
 @pytest.mark.invariant("GEN-017")
 @pytest.mark.requires("tokenizer.tokenize")
 def test_string_prompts_are_tokenized_once_with_bos(

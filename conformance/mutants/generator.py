@@ -264,6 +264,21 @@ def _default_seed_one(target: Any) -> Any:
     return target
 
 
+def _default_max_tokens_seventeen(target: Any) -> Any:
+    import inspect
+
+    from reference_impl.generator import GenerationRequest
+
+    init = GenerationRequest.__init__
+    with_default = [
+        n for n, p in inspect.signature(init).parameters.items() if p.default is not p.empty
+    ]
+    defaults = list(init.__defaults__ or ())
+    defaults[with_default.index("max_tokens")] = 17  # the defect: one token past the default
+    init.__defaults__ = tuple(defaults)
+    return target
+
+
 def _decode_kv_after_stale(target: Any) -> Any:
     from reference_impl.generator import Generator
 
@@ -358,6 +373,13 @@ MUTANTS = [
         "a request that names no seed is generated with seed 1 instead of 0",
         ("GEN-024",),
         _default_seed_one,
+    ),
+    Mutant(
+        "gen-default-max-tokens-seventeen",
+        "generator",
+        "a request that leaves out max_tokens returns 17 tokens per prompt instead of 16",
+        ("GEN-025",),
+        _default_max_tokens_seventeen,
     ),
     Mutant(
         "gen-prefill-error-index-one",
