@@ -4,7 +4,7 @@ pinned by a snapshot (snapshots/conformance/kv/test_mask.ambr)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -242,3 +242,17 @@ def test_mask_rows_follow_stream_groups(target: Any) -> None:
     inf = float("-inf")
     assert mask[0].tolist() == [[0.0, inf] + [inf] * 6, [0.0, 0.0] + [inf] * 6]
     assert mask[1].tolist() == [[0.0] * 3 + [inf] * 5, [0.0] * 4 + [inf] * 4]
+
+
+@pytest.mark.invariant("KV-024")
+@pytest.mark.requires("kv.cache", "kv.mask")
+def test_mask_rejects_ubatch_without_equal_stream_blocks(target: Any) -> None:
+    """A multi-stream mask has one block per stream group: a ubatch declaring no group, or
+    groups that do not split its tokens evenly, is refused, not divided by."""
+    cache = target.new_kv_cache(kv_size=8, n_seq_max=2)
+    ub = grouped([(0, 0, 2), (1, 0, 2)])
+    place(cache, ub)
+    groupless = replace(ub, n_seqs_unq=0)
+    expect_code(cache, "KV_UBATCH_LAYOUT", target.kv_mask, cache, groupless, 8, field="n_seqs_unq")
+    uneven = ubatch_from_lists([2, 3, 2], [[0], [0], [1]], n_groups=2)
+    expect_code(cache, "KV_UBATCH_LAYOUT", target.kv_mask, cache, uneven, 8, field="n_seqs_unq")
