@@ -84,3 +84,25 @@ def test_an_applied_update_discards_the_stored_graph(
     assert [step(t[k], k + 2) for k in range(8, 11)] == [0, 1, 1]  # positions 10, 11, 12
     history = [*t[:6], *t[7:11]]
     assert_nmse(oracle.row(history), np.asarray(ctx.get_logits_ith(0)), F32, "after the shift")
+
+
+def _updates(ctx: Any) -> list[tuple[bool, bool]]:
+    """The memory updates the last decode ran, as (optimize, applied), in order."""
+    events = ctx.trace.of_call(ctx.trace.calls - 1)
+    return [(e.data["optimize"], e.data["applied"]) for e in events if e.kind == "memory_update"]
+
+
+@pytest.mark.invariant("MEM-010")
+@pytest.mark.requires("decoder.introspection")
+def test_the_first_update_of_a_decode_never_optimizes(new_ctx: Callable[..., Any]) -> None:
+    """Watched through the decode trace: every batch first runs one non-optimizing update
+    (``update(false)``, applied only when a shift is pending); only a batch that then finds no
+    slot gets the optimizing one, once."""
+    ctx = new_ctx(MODEL, n_ctx=256, n_batch=256, n_ubatch=64, trace=True)
+    assert ctx.decode(batch(prompt(250))) == 0
+    assert _updates(ctx) == [(False, False)]
+    ctx.seq_add(0, 200, -1, -1)  # a pending shift: applied by the next update(false)
+    assert ctx.decode(batch(prompt(1), pos=[249])) == 0
+    assert _updates(ctx) == [(False, True)]
+    assert ctx.decode(batch(prompt(10), pos=range(250, 260))) == 1  # no slot
+    assert _updates(ctx) == [(False, False), (True, False)]

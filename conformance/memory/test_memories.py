@@ -402,20 +402,34 @@ def test_iswa_window_cache_size(
     assert mem.seq_pos_max(0) == 100
 
 
-@pytest.mark.invariant("MEM-017")
+@pytest.mark.invariant("MEM-017", "MEM-026")
 @pytest.mark.requires(*NEEDS)
-@pytest.mark.parametrize("n_seq_max", [1, 3])
-def test_recurrent_clear_restores_the_initial_state(target: Any, n_seq_max: int) -> None:
-    rec = target.new_memory("recurrent", n_seq_max=n_seq_max)
-    fresh = target.new_memory("recurrent", n_seq_max=n_seq_max).state()
+@pytest.mark.parametrize(("n_seq_max", "n_rs_seq"), [(1, 0), (3, 0), (3, 2)])
+def test_recurrent_clear_restores_the_initial_state(
+    target: Any, n_seq_max: int, n_rs_seq: int
+) -> None:
+    rec = target.new_memory("recurrent", n_seq_max=n_seq_max, n_rs_seq=n_rs_seq)
+    fresh = target.new_memory("recurrent", n_seq_max=n_seq_max, n_rs_seq=n_rs_seq).state()
     seqs = list(range(n_seq_max))
     decode(target, rec, [[s] for s in seqs for _ in range(3)], n_seq_max, 8)
     decode(target, rec, [[seqs[-1]]], n_seq_max, 8)  # head moves past the first cell
     if n_seq_max > 1:
         rec.seq_cp(1, 0)  # cells shared and emptied
+    if n_rs_seq:
+        assert rec.seq_rm(2, 3, -1) is True  # seq 2's rollback is pending
     assert rec.state() != fresh, "the decodes left no trace in the state: the check is empty"
     rec.clear()
     assert rec.state() == fresh
+    if n_rs_seq:
+        # clear() ended seq 2's pending rollback too: its next state, in a cell it shares with
+        # seq 1 (whose ubatches end only seq 1's rollback, MEM-026), can be rolled back
+        for _ in range(2):
+            sp = splitter(target, rec, [[1, 2]], n_seq_max=n_seq_max, embd_all=True)
+            ctx = rec.init_batch(sp, 8, True)
+            assert ctx.get_status() == SUCCESS and ctx.apply()
+        assert (rec.seq_pos_max(1), rec.seq_pos_max(2)) == (1, 1)
+        assert rec.seq_rm(2, 1, -1) is True
+        assert rec.seq_pos_max(1) == 0
 
 
 @pytest.mark.invariant("MEM-016")
