@@ -79,6 +79,24 @@ def test_fused_qkv_computes_like_separate_tensors(target: Any, load: Callable[[s
     assert_nmse(separate, fused, 1e-10, "fused attn_qkv vs separate Q/K/V")
 
 
+# Each optional bias stands alone (GGUF-044): llama_bias with some of its biases left out, so
+# a layer has a gate bias without an up bias (or the reverse), or only part of Q/K/V's.
+PARTIAL_BIASES = {
+    "ffn-gate-xor-up": ("blk.0.ffn_up.bias", "blk.1.ffn_gate.bias"),
+    "qkv-partial": ("blk.0.attn_k.bias", "blk.1.attn_q.bias", "blk.1.attn_v.bias"),
+}
+
+
+@pytest.mark.invariant("GGUF-044")
+@pytest.mark.requires("model.load", "model.forward")
+@pytest.mark.parametrize("case", list(PARTIAL_BIASES))
+def test_partial_biases_match_oracle(case: str, target: Any, tmp_path: Path) -> None:
+    path = _write(tmp_path, "llama_bias", omit_tensors=PARTIAL_BIASES[case])
+    tokens = PROMPTS["long"]
+    got = np.asarray(target.forward_logits(target.load_model(path), tokens))
+    assert_nmse(oracle.forward(path, tokens), got, NMSE_BAR, f"llama_bias without {case}")
+
+
 def _context(engine: Any, name: str) -> Any:
     model = cached(engine, "load_model", str(fixture_path(name)))
     return engine.new_context(
