@@ -161,11 +161,17 @@ def test_dry_history_accept_reset_clone(target: Any) -> None:
         {"base": 0.99},
         {"penalty_last_n": 0},
         {"penalty_last_n": -1},
+        # an enabled DRY with an empty window and a negative allowed_length would mark the
+        # array unsorted (n = 0 > allowed_length); the empty sampler keeps it sorted
+        {"penalty_last_n": 0, "allowed_length": -1},
     ],
-    ids=["multiplier-0", "base-below-1", "last-n-0", "last-n-minus-1"],
+    ids=["multiplier-0", "base-below-1", "last-n-0", "last-n-minus-1", "last-n-0-allowed-minus-1"],
 )
 def test_dry_disabled_forms(target: Any, params: dict[str, Any]) -> None:
-    cur = candidates(np.zeros(10, F32))
+    # a sorted input (all logits equal), so that a sampler that only clears the flag shows
+    cur = TokenDataArray(
+        np.arange(10, dtype=np.int32), np.zeros(10, F32), np.zeros(10, F32), -1, True
+    )
     entry = dry_entry(penalty_last_n=20)
     entry[1] = entry[1] | params
     out = after_history(target, [entry], [1, 2, 3, 1, 2, 3, 1, 2], cur)

@@ -89,6 +89,31 @@ def test_dist_samples_in_the_current_order(target: Any) -> None:
 
 @pytest.mark.invariant("SMP-021")
 @pytest.mark.requires("sampling.chain", "sampling.dist")
+def test_dist_running_sum_equal_to_the_target_selects_that_row(target: Any) -> None:
+    # logits built (for seed 7's first draw u) so that S * u rounds to exactly the first
+    # running sum p_0: "reaches" is >=, so row 0 is selected; a strict > would move on to
+    # row 1 (p = 1). The later rows only tune S until the product lands on p_0.
+    logits = np.array(
+        [
+            float.fromhex("-0x1.e0fecap-1"),
+            0.0,
+            float.fromhex("-0x1.1d1586p+0"),
+            float.fromhex("-0x1.19fb0ap+4"),
+            float.fromhex("-0x1.0272a8p+5"),
+        ],
+        F32,
+    )
+    # expf of these inputs is the double exp rounded once to float (max logit 0)
+    p = np.exp(logits.astype(np.float64)).astype(F32)
+    running = np.cumsum(p.astype(np.float64))
+    assert running[0] == running[-1] * mt19937_uniforms(7, 1)[0]  # the tie this test needs
+    cur = TokenDataArray(np.arange(5, dtype=np.int32)[::-1].copy(), logits, np.zeros(5, F32))
+    out = apply_once(target, [["dist", {"seed": 7}]], cur)
+    assert out.selected == 0, describe(out)
+
+
+@pytest.mark.invariant("SMP-021")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
 @pytest.mark.parametrize("sorted_flag", [False, True])
 def test_dist_with_an_infinite_logit_selects_the_last_row(target: Any, sorted_flag: bool) -> None:
     # +inf - max(= +inf) is NaN: every running sum is NaN, none reaches S * u, and the
