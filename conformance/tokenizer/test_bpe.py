@@ -124,6 +124,7 @@ WORDS = [
     ("mpt", "a  b", ["a", " ", " b"]),
     # whitespace runs in power-of-two pieces before the last space
     ("jais-2", "a       b", ["a", "    ", "  ", " b"]),
+    ("jais-2", "a" + " " * 200 + "b", ["a", " " * 128, " " * 64, "    ", "  ", " ", " b"]),
     # marks join letters, one ASCII punctuation mark may lead an ASCII word, kana/Han split off
     (
         "deepseek-v3",

@@ -189,6 +189,38 @@ def test_unknown_code_point_beats_a_costlier_token(target: Any, tmp_path: Path) 
     assert target.tokenize(vocab, "a", False, False) == [a]
 
 
+# The unknown cost is exactly 10^7 units: "d" and "cd" cost 10^7 + 1 (score -1000.0001 as a
+# float32), one unit more than an unknown code point, so "d" is written as its byte and "cd"
+# as "c" (cost 0) and that byte. (A score of exactly -1000, 10^7 units, is left out: llama.cpp's
+# suffix table then reads the token's row as the end of its group.)
+EDGE = (("c", 0.0), ("d", -1000.0001), ("cd", -1000.0001))
+
+
+@pytest.mark.invariant("TOK-054")
+def test_unknown_cost_is_exactly_ten_million(target: Any, tmp_path: Path) -> None:
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-edge.gguf", EDGE))
+    c, byte_d = 260, _bytes_of("d")[0]
+    got = {t: target.tokenize(vocab, t, False, False) for t in ("d", "cd", "dc", "cdcd")}
+    assert got == {
+        "d": [byte_d],
+        "cd": [c, byte_d],
+        "dc": [byte_d, c],
+        "cdcd": [c, byte_d, c, byte_d],
+    }
+
+
+@pytest.mark.invariant("TOK-010")
+@pytest.mark.requires("model.errors")
+def test_out_of_range_ids(target: Any, tmp_path: Path) -> None:
+    """PLaMo-2's ``token_to_piece`` and ``detokenize`` refuse an id outside [0, n_vocab)."""
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-range.gguf", (("x", -1.0),)))
+    for bad in (-1, 261, 10**6):
+        with raises_code("TOK_TOKEN_RANGE", what="token_to_piece"):
+            target.token_to_piece(vocab, bad, False)
+        with raises_code("TOK_TOKEN_RANGE", index=1, what="detokenize"):
+            target.detokenize(vocab, [260, bad], False, False)
+
+
 @pytest.mark.invariant("TOK-054")
 def test_detokenize_keeps_leading_space(target: Any, tmp_path: Path) -> None:
     """Without an ``add_space_prefix`` key PLaMo-2 has no space prefix (the family default is
