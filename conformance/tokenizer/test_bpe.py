@@ -304,6 +304,27 @@ def test_kimi_contraction_ends_the_letter_word(target: Any, tmp_path: Path) -> N
         assert _pieces(target, vocab, ids)[0] == b"x", (text, ids)
 
 
+# A token joining the last byte 0x9F of U+2A6DF (the last code point of CJK Extension B) to the
+# lead byte 0xF0 of the code point after it, built by a merge appended last.
+HAN_END_PROBE = "\u0141\u00f0"  # 'Łð': bytes 0x9F, 0xF0 in GPT-2's byte alphabet
+
+
+@pytest.mark.invariant("TOK-050")
+def test_kimi_han_run_ends_with_extension_b(target: Any, tmp_path: Path) -> None:
+    """Kimi-K2's Han class is ``unicode_cpt_is_han``'s ranges: U+2A6DF, the last code point of
+    CJK Extension B, is Han and joins the Han run before it (the control that shows the probe
+    token is reachable); U+2A6E0 (unassigned, before Extension C) is not Han and starts a word
+    of its own."""
+    vocab, probe = _vocab_with_probes(target, tmp_path / "han.gguf", "kimi-k2", HAN_END_PROBE)
+    assert target.token_to_piece(vocab, probe, True) == b"\x9f\xf0"
+    assert probe in target.tokenize(vocab, "\U0002a6df\U0002a6df", False, False)
+    for words in (["\U0002a6df", "\U0002a6e0"], ["\U0002a6df", "\U0002a6e0a"]):
+        ids = target.tokenize(vocab, "".join(words), False, False)
+        want = [i for w in words for i in target.tokenize(vocab, w, False, False)]
+        assert ids == want, (words, ids, want)
+        assert probe not in ids, (words, ids)
+
+
 # A token joining "a" to the lead byte 0xCD ('Í') of U+0378 (unassigned) and of U+0370 (a
 # letter), built by a merge appended last: it shows whether the two share a word.
 UNASSIGNED_PROBE = "a\u00cd"
