@@ -8,13 +8,16 @@ failed, skipped with reasons, differential tests against the peer) and the compa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from tests.meta.suite_runs import CONFORMANCE_DIR, run_conformance
 
@@ -38,25 +41,47 @@ def verdicts(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[], Any]) -> Any:
+    """``make()``'s JSON result, computed once per pytest run. Under xdist the tests sharing a
+    module fixture usually land on different workers, each with its own fixture instance: the
+    first worker to take the lock computes the value (minutes of conformance runs) and leaves it
+    in the run's shared temporary directory; the others read it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a single process: the fixture runs once
+        return make()
+    shared = factory.getbasetemp().parent / f"{name}.json"
+    with FileLock(f"{shared}.lock"):
+        if shared.is_file():
+            return json.loads(shared.read_text(encoding="utf-8"))
+        value = make()
+        shared.write_text(json.dumps(value), encoding="utf-8")
+        return value
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _, report = run_conformance(
-        tmp_path_factory.mktemp("serial"), *ARGS, "-p", "no:xdist", timeout=600, paths=SUBSET
-    )
-    outcomes = report["summary"]["outcomes"]
-    assert outcomes["failed"] >= 1 and outcomes["passed"] >= 30, outcomes  # a telling subset
+    def run() -> dict[str, Any]:
+        out = tmp_path_factory.mktemp("serial")
+        _, report = run_conformance(out, *ARGS, "-p", "no:xdist", timeout=600, paths=SUBSET)
+        outcomes = report["summary"]["outcomes"]
+        assert outcomes["failed"] >= 1 and outcomes["passed"] >= 30, outcomes  # telling subset
+        return report
+
+    report: dict[str, Any] = _once_per_run(tmp_path_factory, "serial-report", run)
     return report
 
 
 @pytest.fixture(scope="module")
 def shard_reports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    paths = []
-    for i in range(1, 5):
-        out = tmp_path_factory.mktemp(f"shard{i}")
-        _, report = run_conformance(out, *ARGS, f"--shard={i}/4", timeout=600, paths=SUBSET)
-        assert report["shard"]["index"] == i and report["shard"]["selected"], report["shard"]
-        paths.append(out / "conformance.json")
-    return paths
+    def run() -> list[str]:
+        paths = []
+        for i in range(1, 5):
+            out = tmp_path_factory.mktemp(f"shard{i}")
+            _, report = run_conformance(out, *ARGS, f"--shard={i}/4", timeout=600, paths=SUBSET)
+            assert report["shard"]["index"] == i and report["shard"]["selected"], report["shard"]
+            paths.append(str(out / "conformance.json"))
+        return paths
+
+    return [Path(p) for p in _once_per_run(tmp_path_factory, "shard-reports", run)]
 
 
 def merge(*parts: Path, out: Path) -> subprocess.CompletedProcess[str]:
