@@ -410,12 +410,15 @@ def _top_level_abbrev(orig: Any) -> Any:
     return build_parser
 
 
+def _commands(p: argparse.ArgumentParser) -> Any:
+    """The runner parser's subcommand action (its commands and their parsers)."""
+    return next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def _command_optional(orig: Any) -> Any:
     def build_parser() -> argparse.ArgumentParser:
         p = orig()
-        for action in p._actions:  # the defect: the command may be left out (DBA-014)
-            if isinstance(action, argparse._SubParsersAction):
-                action.required = False
+        _commands(p).required = False  # the defect: the command may be left out (DBA-014)
         return p
 
     return build_parser
@@ -482,9 +485,8 @@ def _default_d_ff_doubled(target: Any) -> Any:
 def _drift_default_batch_one(orig: Any) -> Any:
     def build_parser() -> argparse.ArgumentParser:
         p = orig()
-        for action in p._actions:  # the defect: drift measures one sequence by default (DBA-031)
-            if isinstance(action, argparse._SubParsersAction):
-                action.choices["drift"].set_defaults(batch=1)
+        # the defect: drift measures one sequence by default (DBA-031)
+        _commands(p).choices["drift"].set_defaults(batch=1)
         return p
 
     return build_parser

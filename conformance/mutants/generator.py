@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from conformance.mutants import Mutant
@@ -249,34 +250,32 @@ def _done_step_skips_one(target: Any) -> Any:
     return target
 
 
-def _default_seed_one(target: Any) -> Any:
-    import inspect
+def _request_default(field: str, value: Any) -> Callable[[Any], Any]:
+    """A mutant that gives ``GenerationRequest``'s ``field`` the default ``value``."""
 
-    from reference_impl.generator import GenerationRequest
+    def apply(target: Any) -> Any:
+        import inspect
 
-    init = GenerationRequest.__init__
-    with_default = [
-        n for n, p in inspect.signature(init).parameters.items() if p.default is not p.empty
-    ]
-    defaults = list(init.__defaults__ or ())
-    defaults[with_default.index("seed")] = 1  # the defect: a request without a seed gets 1
-    init.__defaults__ = tuple(defaults)
-    return target
+        from reference_impl.generator import GenerationRequest
+
+        init = GenerationRequest.__init__
+        with_default = [
+            n for n, p in inspect.signature(init).parameters.items() if p.default is not p.empty
+        ]
+        defaults = list(init.__defaults__ or ())
+        defaults[with_default.index(field)] = value
+        init.__defaults__ = tuple(defaults)
+        return target
+
+    return apply
 
 
-def _default_max_tokens_seventeen(target: Any) -> Any:
-    import inspect
+# A request without a seed gets 1.
+_default_seed_one = _request_default("seed", 1)
 
-    from reference_impl.generator import GenerationRequest
 
-    init = GenerationRequest.__init__
-    with_default = [
-        n for n, p in inspect.signature(init).parameters.items() if p.default is not p.empty
-    ]
-    defaults = list(init.__defaults__ or ())
-    defaults[with_default.index("max_tokens")] = 17  # the defect: one token past the default
-    init.__defaults__ = tuple(defaults)
-    return target
+# A request without max_tokens gets one token past the default.
+_default_max_tokens_seventeen = _request_default("max_tokens", 17)
 
 
 def _decode_kv_after_stale(target: Any) -> Any:
