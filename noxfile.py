@@ -30,13 +30,17 @@ def _install(session: nox.Session, *extras: str) -> None:
     session.install("-c", "constraints.txt", "-e", f".[{extra}]")
 
 
-def _env() -> dict[str, str]:
+def _env() -> dict[str, str | None]:
     profile = os.environ.get("DC_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
     return {
         "DC_HYPOTHESIS_PROFILE": profile,
         # Triton kernels run through the interpreter on machines without a GPU.
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
         "PYTHONHASHSEED": "0",
+        # Bytecode caches on (None unsets the variable): the meta-tests start hundreds of child
+        # pytest runs, and without cached .pyc files each one compiles the test modules and
+        # their assertion rewrites again, about a second per child on a 2-core machine.
+        "PYTHONDONTWRITEBYTECODE": None,
     }
 
 

@@ -17,7 +17,9 @@
   mechanical in ``tools/mutation/covered.txt``) proves the suite can catch.
 * ``--report-dir DIR``: writes ``DIR/conformance.json`` and ``DIR/conformance.md``.
 * ``--only-invariants ID,...``: run only the tests that check those invariants (used by the
-  meta-tests to run a mutant against the checks it must fail).
+  meta-tests to run a mutant against the checks it must fail); with ``--stop-once-failed``
+  (serial runs) the run stops as soon as each of them has a failed test, all a mutant's verdict
+  needs: the tests it did not reach are reported as not run.
 * ``--claims=black-box``: the target keeps only the capabilities of a public decode API
   (:data:`conformance.protocol.BLACK_BOX`); what it earns then is its black-box reach.
 * ``--claims=minimal``: each test sees a target that claims exactly the capabilities the test
@@ -84,6 +86,8 @@ class _State:
     durations: dict[str, float] = field(default_factory=dict)
     engines_info: dict[str, Any] | None = None  # target/peer description sent by an xdist worker
     requires_by_test: dict[str, list[str]] = field(default_factory=dict)
+    stop_once_failed: bool = False
+    stopped_early: bool = False
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -145,6 +149,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         help="comma-separated invariant IDs: run only tests marked with at least one of them",
     )
+    group.addoption(
+        "--stop-once-failed",
+        action="store_true",
+        help="with --only-invariants, in a serial run: stop once every one of those invariants "
+        "has a failed test (a mutant's verdict can no longer change)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -187,6 +197,14 @@ def pytest_configure(config: pytest.Config) -> None:
             state.shard = sharding.parse_shard(config.getoption("--shard"))
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
+    if config.getoption("--stop-once-failed"):
+        if not only:
+            raise pytest.UsageError("--stop-once-failed needs --only-invariants")
+        if _is_xdist_controller(config):
+            raise pytest.UsageError(
+                "--stop-once-failed runs serially (it cannot stop xdist workers)"
+            )
+        state.stop_once_failed = True
     if config.getoption("--record-durations"):
         state.record_durations = Path(config.getoption("--record-durations"))
     if _is_xdist_controller(config):
@@ -479,6 +497,10 @@ class _ResultRecorder:
 
     def __init__(self, state: _State) -> None:
         self.state = state
+        self.session: pytest.Session | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -496,6 +518,21 @@ class _ResultRecorder:
         rank = {"passed": 0, "skipped": 1, "failed": 2, "suite-defect": 3}
         if prev is None or rank[outcome] > rank[prev.outcome]:
             st.results[report.nodeid] = TestResult(report.nodeid, outcome, reason)
+        if (
+            st.stop_once_failed
+            and outcome == "failed"
+            and self.session is not None
+            and all(_has_failed(st, inv_id) for inv_id in st.only)
+        ):
+            st.stopped_early = True
+            self.session.shouldfail = "every selected invariant has failed"
+
+
+def _has_failed(st: _State, inv_id: str) -> bool:
+    return any(
+        (r := st.results.get(t)) is not None and r.outcome == "failed"
+        for t in st.tests_by_invariant.get(inv_id, ())
+    )
 
 
 def _classify(report: pytest.TestReport) -> tuple[str | None, str]:
@@ -563,6 +600,8 @@ def _target_info(st: _State) -> dict[str, Any]:
 def _build(st: _State) -> dict[str, Any]:
     registry = _registry(st)
     unrun = f"not in this shard ({st.shard})" if st.shard else "not selected in this run"
+    if st.stopped_early:
+        unrun = "not run: the run stopped once every selected invariant had failed"
     results = aggregate(registry, st.tests_by_invariant, st.results, missing_reason=unrun)
     info = _target_info(st)
     claimed = frozenset(info.get("capabilities") or ())

@@ -291,6 +291,37 @@ def test_only_invariants_selects_tests(suite: pytest.Pytester) -> None:
     bad.stderr.fnmatch_lines(["*unknown invariant IDs NOPE-001*"])
 
 
+def test_stop_once_failed_waits_for_every_selected_invariant(suite: pytest.Pytester) -> None:
+    (suite.path / "conf" / "test_demo.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.invariant('DEMO-001')\ndef test_a():\n    assert False\n"
+        "@pytest.mark.invariant('DEMO-001')\ndef test_b():\n    assert False\n"
+        "@pytest.mark.invariant('DEMO-002')\ndef test_c():\n    pass\n"
+        "@pytest.mark.invariant('DEMO-002')\ndef test_d():\n    assert False\n"
+        "@pytest.mark.invariant('DEMO-002')\ndef test_e():\n    assert False\n"
+    )
+    # DEMO-001 has failed from test_a on, DEMO-002 only at test_d: the run stops there and
+    # test_e never runs.
+    result = run(
+        suite, "--only-invariants", "DEMO-002,DEMO-001", "--stop-once-failed", "--report-dir", "out"
+    )
+    assert result.ret == 1
+    result.assert_outcomes(failed=3, passed=1)
+    result.stdout.fnmatch_lines(["*every selected invariant has failed*"])
+    report = json.loads((suite.path / "out" / "conformance.json").read_text())
+    outcomes = {i["id"]: i["outcome"] for i in report["invariants"]}
+    assert outcomes["DEMO-001"] == outcomes["DEMO-002"] == "failed"
+    demo2 = next(i for i in report["invariants"] if i["id"] == "DEMO-002")
+    assert demo2["details"][-1] == {
+        "test": "conf/test_demo.py::test_e",
+        "outcome": "skipped",
+        "reason": "not run: the run stopped once every selected invariant had failed",
+    }
+    alone = run(suite, "--stop-once-failed")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["*--stop-once-failed needs --only-invariants*"])
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [

@@ -1,11 +1,10 @@
 """Running the conformance suite in a child process, as the meta-tests do.
 
 A child is forked from a multiprocessing fork server that has imported what every run imports
-(torch, hypothesis, pytest, the plugin, the reference target, the mutants): about 2 s of the
-~5 s a fresh interpreter needs for a one-file mutant run, times a hundred mutants. The fork
-server itself runs no tensor code, so forking it is safe; each child is a fresh pytest session
-(``pytest.main``) whose mutations die with it. Where fork servers do not exist, or with
-``DC_META_SUBPROCESS=1``, a plain subprocess runs instead.
+(:mod:`tests.meta.preload`): most of the time a fresh interpreter needs for a one-file mutant
+run, times four hundred mutants. The fork server itself runs no tensor code, so forking it is
+safe; each child is a fresh pytest session (``pytest.main``) whose mutations die with it. Where
+fork servers do not exist, or with ``DC_META_SUBPROCESS=1``, a plain subprocess runs instead.
 """
 
 from __future__ import annotations
@@ -23,17 +22,7 @@ from typing import Any
 import pytest
 
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
-PRELOAD = [
-    "numpy",
-    "torch",
-    "hypothesis",
-    "pytest",
-    "syrupy",
-    "conformance.plugin",
-    "conformance.targets.reference",
-    "conformance.mutants",
-    "conformance.assertions",
-]
+PRELOAD = ["tests.meta.preload"]
 
 
 def _forked_pytest(args: list[str], env: dict[str, str], out: str, err: str) -> None:

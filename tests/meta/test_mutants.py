@@ -25,6 +25,7 @@ def run_suite_against_mutant(mutant: Mutant, report_dir: Path, *extra: str) -> d
         f"--target=mutant:{mutant.id}",
         *extra,
         f"--only-invariants={','.join(mutant.kills)}",
+        "--stop-once-failed",  # the verdict is final once every named invariant has failed
         "--snapshot-warn-unused",
         "--tb=no",
         timeout=900,
