@@ -455,6 +455,20 @@ def test_a_view_met_before_its_root_is_placed_later(target: Any) -> None:
     assert ga.placements["v"] == ga.placements["r"], ga.placements
 
 
+@pytest.mark.invariant("ALLOC-025")
+def test_a_leaf_view_of_a_node_is_placed_as_a_source(target: Any) -> None:
+    """Decision D7: v is a leaf viewing node r (ggml_view_tensor: op NONE, no source). Leafs are
+    met before every node, so v has no address after the leaf pass; n reads it, and there it is
+    tried again and placed 8 bytes into r (ggml 0.25.3 places it the same)."""
+    a = inp("a", 4)
+    r = f32("r", 4, "CPY", "a")
+    v = Tensor("v", 8, "NONE", (), view_src="r", view_offs=8, layout=contiguous(2, type="f32"))
+    n = out(f32("n", 6, "CONCAT", "r", "v"))
+    g = Graph({t.name: t for t in (a, r, v, n)}, ("r", "n"), ("a", "v"), ("a", "r", "v", "n"))
+    got = place(target, g)
+    assert got == {"a": (0, 0), "r": (0, 16), "v": (0, 24), "n": (0, 32)}, got
+
+
 @pytest.mark.invariant("ALLOC-024", "ALLOC-025")
 def test_a_node_met_again_after_its_last_consumer_is_placed_anew(target: Any) -> None:
     """Decision D7: n reads r, which is listed after it. r is placed as n's source and freed

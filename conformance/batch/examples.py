@@ -27,6 +27,9 @@ UNEQUAL = make_case(
 OVERLAPPING_SETS = make_case(
     Batch.from_lists([1, 2, 3], pos=[0, 1, 2], seq_ids=[[0, 1], [0, 1], [0]]), None
 )
+NARROWS_TO_FIRST_SET = make_case(
+    Batch.from_lists([1, 2, 3, 4], pos=[0, 1, 2, 3], seq_ids=[[0], [0], [0, 1], [0]]), None
+)
 FIVE = make_case(Batch.get_one([1, 2, 3, 4, 5]), None)
 
 GAP: tuple[BatchCase, str] = (

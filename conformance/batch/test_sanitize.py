@@ -109,6 +109,9 @@ def test_shape_errors(target: Any, case_code: tuple[BatchCase, str]) -> None:
         ({"token": np.array([1, 2], np.int32), "logits": np.array([0.5, 1.0])}, "logits"),
         ({"token": np.array([1, 2], np.int32), "pos": np.array([0, 2**40])}, "pos"),
         ({"token": np.array([1, 2], np.int32), "pos": np.array([0, -(2**31) - 1])}, "pos"),
+        # the first values past int32's ends: 2**31 must not wrap to a negative position
+        ({"token": np.array([1, 2], np.int32), "pos": np.array([0, 2**31])}, "pos"),
+        ({"token": np.array([1, 2**31 + 1], np.int64)}, "token"),
     ],
 )
 def test_shape_examples(target: Any, fields: dict[str, Any], field: str) -> None:

@@ -347,6 +347,8 @@ def test_keep_tail_resolution(
 
 @pytest.mark.invariant("SPL-014")
 @given(valid_cases(max_tokens=30), UBATCH)
+# the second chain starts in the coupled set and narrows to the first set of the batch (set 0)
+@example(case=ex.NARROWS_TO_FIRST_SET, n_ubatch=2)
 def test_split_seq_chains(target: Any, case: BatchCase, n_ubatch: int) -> None:
     sb, sp = _splitter(target, case)
     seqs = [frozenset(s) for s in token_seqs(sb)]
