@@ -295,6 +295,26 @@ def test_clear_leaves_cells_as_in_a_new_cache(target: Any) -> None:
     assert cache_state(c) == cache_state(target.new_kv_cache(kv_size=4, n_pos_per_embd=4))
 
 
+@pytest.mark.invariant("KV-014", "KV-017")
+@pytest.mark.requires("kv.cache")
+@pytest.mark.parametrize(
+    ("op", "args"),
+    [("seq_rm", (1, -1, -1)), ("seq_rm", (-1, 5, 6)), ("seq_rm", (1, 5, 6)), ("seq_keep", (0,))],
+)
+def test_emptied_mrope_cell_keeps_no_extension(target: Any, op: str, args: tuple[int, ...]) -> None:
+    """A cell emptied by ``seq_rm`` / ``seq_keep`` is as in a new cache: no sequence, shift 0
+    and 2-D extension (0, 0) (llama_kv_cells::seq_rm / seq_keep reset ``ext``); the cell
+    that stays keeps its extension."""
+    c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4)
+    place(c, ubatch_from_lists([[4, 5], [1, 2], [3, 7], [0, 0]], [[0], [1]]))
+    assert [tuple(e) for e in stream(c).ext[:2]] == [(3, 1), (7, 2)]
+    getattr(c, op)(*args)
+    s = stream(c)
+    assert cells(c) == [(4, (0,)), E, E, E], (op, args)
+    assert [tuple(e) for e in s.ext] == [(3, 1), (0, 0), (0, 0), (0, 0)], (op, args)
+    assert tuple(s.shift) == (0, 0, 0, 0) and s.used == 1, (op, args)
+
+
 @pytest.mark.invariant("KV-003")
 @pytest.mark.requires("kv.cache")
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from conformance.assertions import raises_code
 from conformance.kv.helpers import expect_code, place, place_run, stream
 from conformance.strategies.kv import grouped, run_of
 
@@ -115,6 +116,27 @@ def test_storage_defaults(target: Any, given: dict[str, int], heads_dim: tuple[i
     c = target.new_kv_cache(kv_size=5, n_layer=2, **given)
     for t in (*c.k, *c.v):
         assert (tuple(t.shape), t.dtype) == ((1, 5, *heads_dim), torch.float32), given
+
+
+@pytest.mark.invariant("KV-027")
+@pytest.mark.requires("kv.cache", "kv.storage")
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"n_layer": -1},
+        {"n_head_kv": 0},
+        {"head_dim": 0},
+        {"n_head_kv": -2},
+        {"head_dim": -1},
+        {"dtype": torch.bfloat16},
+        {"dtype": torch.float64},
+    ],
+)
+def test_storage_bad_config(target: Any, bad: dict[str, Any]) -> None:
+    """Each bad storage argument alone (the others valid, with layers) is refused."""
+    config: dict[str, Any] = {"kv_size": 4, "n_layer": 2, "n_head_kv": 2, "head_dim": 2, **bad}
+    with raises_code("KV_CONFIG"):
+        target.new_kv_cache(**config)
 
 
 @pytest.mark.invariant("KV-027")

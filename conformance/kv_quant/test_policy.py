@@ -162,9 +162,12 @@ def test_missing_key(target: Any, text: str, field: str) -> None:
         ("ksem=q4_0,kgeo=q8_0,v=q4_0,resid", "QNT_POLICY_SYNTAX", None),
         ("ksem=q4_0,,kgeo=q8_0,v=q4_0,resid=1", "QNT_POLICY_SYNTAX", None),
         ("", "QNT_POLICY_SYNTAX", None),
+        (" \t ", "QNT_POLICY_SYNTAX", None),
+        (None, "QNT_POLICY_SYNTAX", None),  # not a string: refused, not an AttributeError
+        (CANONICAL.encode(), "QNT_POLICY_SYNTAX", None),
     ],
 )
-def test_malformed_policy(target: Any, text: str, code: str, field: str | None) -> None:
+def test_malformed_policy(target: Any, text: Any, code: str, field: str | None) -> None:
     _refused(target, text, code, field)
 
 
