@@ -817,6 +817,23 @@ MUTANTS += [
 ]
 
 
+def _plamo2_unknown_row_by_text(target: Any) -> Any:
+    # only the empty unknown row ends a walk: a token scored -1000 no longer does
+    replace("reference_impl.tokenizer.plamo2", "ends_rows", lambda row: row[0] == "")
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "tok-plamo2-minus-1000-token-ends-nothing",
+        "tokenizer",
+        "PLaMo-2 tells a token scored -1000 from the unknown row (llama.cpp's table does not)",
+        kills=("TOK-087",),
+        apply=_plamo2_unknown_row_by_text,
+    ),
+]
+
+
 # -- Leftover rules: space prefix of RWKV / PLaMo-2, small vocabularies, charsmap edges ----------
 
 

@@ -191,8 +191,7 @@ def test_unknown_code_point_beats_a_costlier_token(target: Any, tmp_path: Path) 
 
 # The unknown cost is exactly 10^7 units: "d" and "cd" cost 10^7 + 1 (score -1000.0001 as a
 # float32), one unit more than an unknown code point, so "d" is written as its byte and "cd"
-# as "c" (cost 0) and that byte. (A score of exactly -1000, 10^7 units, is left out: llama.cpp's
-# suffix table then reads the token's row as the end of its group.)
+# as "c" (cost 0) and that byte. (A score of exactly -1000, 10^7 units, is TOK-087's case.)
 EDGE = (("c", 0.0), ("d", -1000.0001), ("cd", -1000.0001))
 
 
@@ -206,6 +205,33 @@ def test_unknown_cost_is_exactly_ten_million(target: Any, tmp_path: Path) -> Non
         "cd": [c, byte_d],
         "dc": [byte_d, c],
         "cdcd": [c, byte_d, c, byte_d],
+    }
+
+
+# Tokens scored exactly -1000 (10^7 units, the score of llama.cpp's unknown row): c=260, e=261,
+# a=262, ab=263, b=264.
+UNKNOWN_SCORED = (("c", 0.0), ("e", -1000.0), ("a", 0.0), ("ab", -1000.0), ("b", 0.0))
+
+
+@pytest.mark.invariant("TOK-087")
+def test_a_token_scored_minus_1000_ends_its_table_rows(target: Any, tmp_path: Path) -> None:
+    """The walk to the entry at "c" stops at e's row, before the empty entry that would give
+    the token "c", so "c" before "e" (or before "ab") is an unknown code point; at "ab" the
+    candidates stop after "ab" itself (cost 10^7), before "a" (with "b": cost 0). Where the
+    token is not in the way, "e" after "c" and "a" before "c" are plain tokens."""
+    vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-unknown.gguf", UNKNOWN_SCORED))
+    byte_c = _bytes_of("c")
+    texts = ("ce", "ab", "cab", "ace", "ec", "eb", "ba", "cc")
+    got = {t: target.tokenize(vocab, t, False, False) for t in texts}
+    assert got == {
+        "ce": [*byte_c, 261],
+        "ab": [263],
+        "cab": [*byte_c, 263],
+        "ace": [262, *byte_c, 261],
+        "ec": [261, 260],
+        "eb": [261, 264],
+        "ba": [264, 262],
+        "cc": [260, 260],
     }
 
 

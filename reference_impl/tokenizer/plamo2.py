@@ -6,9 +6,15 @@ dynamic programming from the right: ``cost[n] = 0`` and ``cost[i]`` is the least
 token that is not BYTE and has a finite score of more than -2 * 10^7 units, CONTROL tokens
 included), trying longer tokens first and replacing only on a strictly lower cost; the last
 option is one unknown code point at ``cost[i + 1] + 10^7``, written out as the BYTE tokens of
-its UTF-8 bytes. (llama.cpp finds the
-candidates with a suffix automaton; the result is the same.) ``add_special`` adds nothing;
-pieces are raw token text (no ``'▁'`` replacement) or a BYTE token's byte.
+its UTF-8 bytes. ``add_special`` adds nothing; pieces are raw token text (no ``'▁'``
+replacement) or a BYTE token's byte.
+
+The candidates come from llama.cpp's suffix table (TOK-087), walked as llama.cpp walks it:
+*entries* are the token texts and all their suffixes; the entry at ``i`` extends one of the
+entry at ``i + 1``'s *rows* (its prefixes that are entries, longest first, then the empty
+one, the unknown row), and the candidates at ``i`` are the rows of the entry at ``i``. The
+unknown row is scored -10^7 units, and a token scored exactly that (-1000) is taken for it:
+both walks stop at its row. Without such a token the result is a least-cost segmentation.
 """
 
 from __future__ import annotations
@@ -19,11 +25,20 @@ import re
 import numpy as np
 
 from reference_impl.spec_links import implements
-from reference_impl.tokenizer import trie
 from reference_impl.tokenizer.vocab import BaseTokenizer, TokenType, Vocab
 
 UNKNOWN_COST = 10_000_000
+UNKNOWN_UNITS = -UNKNOWN_COST  # the unknown row's score; a token scored so ends a row list
 INVALID_UNITS = -20_000_000  # a token scored at or below this many units is no candidate
+
+Row = tuple[str, int, int]  # (prefix of the entry, score units, token id or -1)
+UNKNOWN_ROW: Row = ("", UNKNOWN_UNITS, -1)  # one code point, written as its bytes
+
+
+def ends_rows(row: Row) -> bool:
+    """Whether a walk over an entry's rows stops after ``row``: llama.cpp recognises the
+    unknown row by its score alone, so a token scored -1000 ends the walk as well."""
+    return row[1] == UNKNOWN_UNITS
 
 
 def _score_units(score: float) -> int:
@@ -36,37 +51,60 @@ def _score_units(score: float) -> int:
 class Plamo2Tokenizer(BaseTokenizer):
     """llama.cpp's PLaMo-2 tokenizer over one :class:`Vocab` with ``model = "plamo2"``."""
 
-    @implements("TOK-077")
+    @implements("TOK-077", "TOK-087")
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
         self.byte_ids = [-1] * 256
-        self.candidates: dict[str, tuple[int, int]] = {}  # text -> (score units, id)
+        # entry text -> (score units, token id): tokens (last id wins; a non-finite score is
+        # no candidate), then their suffixes that are not tokens (no candidate, id -1)
+        self.entries: dict[str, tuple[int, int]] = {}
         for i, (text, t) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
             if t == TokenType.BYTE:
                 if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
                     self.byte_ids[int(text[3:5], 16)] = i
                 continue
-            if math.isfinite(vocab.scores[i]):
-                units = _score_units(vocab.scores[i])
-                if units > INVALID_UNITS:  # llama.cpp's INVALID_SCORE: no candidate at or below
-                    self.candidates[text] = (units, i)  # last id wins
-        self._init_search()
+            score = vocab.scores[i]
+            self.entries[text] = (
+                _score_units(score) if math.isfinite(score) else INVALID_UNITS,
+                i,
+            )
+            for k in range(1, len(text)):
+                self.entries.setdefault(text[k:], (INVALID_UNITS, -1))
+        self._rows_of: dict[str, list[Row]] = {"": [UNKNOWN_ROW]}
+        self._init_pieces()
 
-    @implements("TOK-054")
-    def _init_search(self) -> None:
-        """The candidates starting at a position are the longest one (a trie regex finds it)
-        and those of its prefixes that are candidates, listed once per candidate, longest
-        first. A character that no candidate holds after its first place never lies inside
-        a token, so the best segmentation breaks before it: the text is cut there into
-        pieces that are solved alone (costs are integers, so the sums agree exactly)."""
-        cands = self.candidates
-        self._longest = re.compile(trie.longest_match(cands))
-        self._prefixes = {
-            text: [(k, *cands[text[:k]]) for k in range(len(text), 0, -1) if text[:k] in cands]
-            for text in cands
-        }
-        inner = sorted({ch for text in cands for ch in text[1:]})
-        self._pieces = re.compile(f"(?s:.)[{re.escape(''.join(inner))}]*" if inner else "(?s:.)")
+    def _init_pieces(self) -> None:
+        """Fragments are cut before each code point ``x`` that no entry holds after its first
+        place and that starts no token scored -1000: no entry spans the cut and the walk
+        reaches the empty row past it, so each piece is solved alone with the same result
+        (costs are integers, so the sums agree exactly)."""
+        keep = {ch for text in self.entries for ch in text[1:]}
+        keep |= {text[0] for text, (u, _) in self.entries.items() if u == UNKNOWN_UNITS}
+        self._pieces = re.compile(f"(?s:.)[{re.escape(''.join(sorted(keep)))}]*")
+
+    def _rows(self, entry: str) -> list[Row]:
+        """An entry's prefixes that are entries, longest first, then the unknown row."""
+        rows = self._rows_of.get(entry)
+        if rows is None:
+            rows = [
+                (entry[:k], *self.entries[entry[:k]])
+                for k in range(len(entry), 0, -1)
+                if entry[:k] in self.entries
+            ]
+            rows = self._rows_of[entry] = [*rows, UNKNOWN_ROW]
+        return rows
+
+    @implements("TOK-087")
+    def _entry_before(self, c: str, entry: str) -> str:
+        """The entry at the code point ``c`` whose next position holds ``entry``: the first
+        ``c + prefix`` over ``entry``'s rows that is an entry; a row scored -10^7 units (the
+        unknown row, or a token scored -1000 taken for it) ends the search with none."""
+        for row in self._rows(entry):
+            if c + row[0] in self.entries:
+                return c + row[0]
+            if ends_rows(row):
+                break
+        return ""
 
     @implements("TOK-054")
     def _head(self) -> list[int]:
@@ -84,20 +122,23 @@ class Plamo2Tokenizer(BaseTokenizer):
                 ids = done[piece] = self._encode(piece)
             out += ids
 
+    @implements("TOK-087")
     def _encode(self, text: str) -> list[int]:
         n = len(text)
         cost = [1 << 60] * (n + 1)
         cost[n] = 0
         step: list[tuple[int, int]] = [(1, -1)] * (n + 1)  # (length, token id or -1 = bytes)
+        entry = ""
         for i in range(n - 1, -1, -1):
-            hit = self._longest.match(text, i)
-            for length, units, tid in self._prefixes[hit[0]] if hit else ():  # longest first
-                if cost[i + length] - units < cost[i]:
+            entry = self._entry_before(text[i], entry)
+            for row in self._rows(entry):  # longest first, the unknown row last
+                prefix, units, tid = row
+                length = len(prefix) or 1
+                if units > INVALID_UNITS and cost[i + length] - units < cost[i]:
                     cost[i] = cost[i + length] - units
                     step[i] = (length, tid)
-            if cost[i + 1] + UNKNOWN_COST < cost[i]:
-                cost[i] = cost[i + 1] + UNKNOWN_COST
-                step[i] = (1, -1)
+                if ends_rows(row):
+                    break
         out: list[int] = []
         i = 0
         while i < n:
