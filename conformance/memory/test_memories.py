@@ -513,6 +513,7 @@ def test_recurrent_seq_cp_shares_the_source_cell(target: Any) -> None:
         (-1, -1),
     ]
     assert cells() == ([(1, (0, 1)), (-1, ()), (-1, ())], 1)  # seq 1's old cell is freed
+    assert [c[2] for c in rec.state().cells] == [0, 0, -1]  # seq s's state index: its cell
     rec.seq_cp(2, 1)  # seq 2 has no state: seq 1 loses its share of cell 0
     assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(3)] == [
         (1, 1),
@@ -520,6 +521,7 @@ def test_recurrent_seq_cp_shares_the_source_cell(target: Any) -> None:
         (-1, -1),
     ]
     assert cells() == ([(1, (0,)), (-1, ()), (-1, ())], 1)
+    assert [c[2] for c in rec.state().cells] == [0, -1, -1]  # seq 1 has no index, as seq 2
 
 
 @pytest.mark.invariant("MEM-019")

@@ -111,13 +111,20 @@ def test_recurrent_search_restarts_at_cell_zero(target: Any, n_seq_max: int, cel
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_rm_lowers_the_head(target: Any) -> None:
     """Seqs 0..3 in cells 0..3; seq 1 decoded again puts the head at cell 1. Removing seq 3
-    (cell 3, above the head) leaves the head; removing seq 0 lowers it to cell 0, so the next
-    new state goes to cell 0, not to cell 3 (the first free cell from cell 1)."""
+    (cell 3, above the head) leaves the head; so does removing seq 3 again after it joined
+    seq 0's cell 0, below the head (that cell keeps seq 0: nothing is freed); removing seq 0
+    then lowers it to cell 0, so the next new state goes to cell 0, not to cell 3 (the first
+    free cell from cell 1)."""
     rec = target.new_memory("recurrent", n_seq_max=4)
     decode(target, rec, [[0], [1], [2], [3]], 4, 8)
     decode(target, rec, [[1]], 4, 8)
     assert rec.state().head == 1
     assert rec.seq_rm(3, -1, -1) is True
+    assert rec.state().head == 1
+    rec.seq_cp(0, 3)
+    assert holders(rec) == [(0, 3), (1,), (2,), ()]
+    assert rec.seq_rm(3, -1, -1) is True
+    assert holders(rec) == [(0,), (1,), (2,), ()]
     assert rec.state().head == 1
     assert rec.seq_rm(0, -1, -1) is True
     assert rec.state().head == 0
