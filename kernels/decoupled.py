@@ -211,8 +211,14 @@ def streaming_decode(
             _heads(_tail(cache, cache.k_geo), n_head),
             _heads(_tail(cache, cache.v), n_head),
         )
-    out = torch.where(d.unsqueeze(-1) > 0, o / d.clamp_min(1e-30).unsqueeze(-1), 0.0)
-    return out
+    return normalized(o, d)
+
+
+@implements("KRN-027")
+def normalized(o: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The online softmax's last step, ``o / d``, with exact zeros in a row that attended to
+    nothing (``d == 0``: an empty cache without a null token, or a null of logit -inf)."""
+    return torch.where(d.unsqueeze(-1) > 0, o / d.clamp_min(1e-30).unsqueeze(-1), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
