@@ -112,18 +112,25 @@ def test_control_text_matches_without_parse_special(target: Any, plamo2: Any) ->
     assert target.token_to_piece(plamo2, space, False) == b" "
 
 
+def _add_tokens(w: gguf.GGUFWriter, extra: tuple[tuple[str, float], ...] = ()) -> None:
+    """The tokenizer keys: the four controls, the 256 BYTE tokens, then ``extra`` (NORMAL,
+    with their scores) from id 260."""
+    w.add_tokenizer_model("plamo2")
+    w.add_token_list(
+        [*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *(t for t, _ in extra)]
+    )
+    w.add_token_scores([0.0] * 260 + [sc for _, sc in extra])
+    w.add_token_types([3] * 4 + [BYTE] * 256 + [1] * len(extra))
+
+
 def _write_vocab(
     path: Path, extra: tuple[tuple[str, float], ...], *, space_prefix: bool | None = None
 ) -> str:
     """A PLaMo-2 vocabulary-only file: the four controls, the 256 BYTE tokens, then ``extra``
     (NORMAL, with their scores), so ids of ``extra`` start at 260; ``space_prefix`` writes
     ``tokenizer.ggml.add_space_prefix``."""
-    tokens = [*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *(t for t, _ in extra)]
     w = gguf.GGUFWriter(str(path), "plamo2")
-    w.add_tokenizer_model("plamo2")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * 260 + [sc for _, sc in extra])
-    w.add_token_types([3] * 4 + [BYTE] * 256 + [1] * len(extra))
+    _add_tokens(w, extra)
     w.add_unk_token_id(0)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
@@ -145,10 +152,7 @@ def _write_vocab_only_model(path: Path, *, ids: bool) -> str:
     w.add_feed_forward_length(16)
     w.add_head_count(2)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("plamo2")
-    w.add_token_list([*PLAMO2_SPECIALS, *(f"<0x{b:02X}>" for b in range(256))])
-    w.add_token_scores([0.0] * 260)
-    w.add_token_types([3] * 4 + [BYTE] * 256)
+    _add_tokens(w)
     if ids:
         w.add_bos_token_id(2)
         w.add_eos_token_id(1)
