@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import pytest
 import torch
@@ -77,6 +78,47 @@ def test_fused_qkv_computes_like_separate_tensors(target: Any, load: Callable[[s
     fused = np.asarray(target.forward_logits(load("llama_qkv"), tokens))
     separate = np.asarray(target.forward_logits(load("llama_bias"), tokens))
     assert_nmse(separate, fused, 1e-10, "fused attn_qkv vs separate Q/K/V")
+
+
+def _fused_with_separate_biases(tmp: Path, biases: tuple[str, ...]) -> Path:
+    """llama_qkv without its fused biases, plus llama_bias's separate biases ``biases`` (of
+    "q", "k", "v") in every layer."""
+    cfg = ARCH_FIXTURES["llama_qkv"]
+    sep = {
+        t.name: np.asarray(t.data) for t in gguf.GGUFReader(str(fixture_path("llama_bias"))).tensors
+    }
+    layers = range(cfg.n_layer)
+    override = {
+        f"blk.{i}.attn_{m}.bias": sep[f"blk.{i}.attn_{m}.bias"] for i in layers for m in biases
+    }
+    name = "fused-" + ("".join(biases) or "none")
+    return write_gguf(
+        cfg,
+        tmp / f"{name}.gguf",
+        omit_tensors=[f"blk.{i}.attn_qkv.bias" for i in layers],
+        override_tensors=override,
+    )
+
+
+@pytest.mark.invariant("GGUF-057")
+@pytest.mark.requires("model.load", "model.forward")
+def test_separate_biases_beside_a_fused_weight_count_as_a_full_set(
+    target: Any, load: Callable[[str], Any], tmp_path: Path
+) -> None:
+    """All three separate biases beside a fused weight compute as the same values fused (the
+    llama_qkv fixture); one or two of them compute as none."""
+    tokens = PROMPTS["long"]
+
+    def logits(biases: tuple[str, ...]) -> np.ndarray:
+        path = _fused_with_separate_biases(tmp_path, biases)
+        return np.asarray(target.forward_logits(target.load_model(path), tokens))
+
+    fused = np.asarray(target.forward_logits(load("llama_qkv"), tokens))
+    assert_nmse(fused, logits(("q", "k", "v")), 1e-10, "separate Q/K/V biases beside attn_qkv")
+    none = logits(())
+    assert nmse(fused, none) > 1e-4  # the biases matter: leaving them out is visible
+    for partial in (("q",), ("k", "v")):
+        assert_nmse(none, logits(partial), 1e-10, f"only the {'/'.join(partial)} bias")
 
 
 # Each optional bias stands alone (GGUF-044): llama_bias with some of its biases left out, so
@@ -243,6 +285,14 @@ BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         {"override_tensors": {"blk.0.attn_q.weight": np.zeros((64, 64), np.float32)}},
         "GGUF_UNEXPECTED_TENSOR",
         "blk.0.attn_q.weight",
+    ),
+    # a separate Q bias next to a fused attn_qkv that has its own bias: llama.cpp creates no
+    # attn_q.bias then (create_tensor_qkv), so the tensor is unused
+    "q-bias-beside-fused-qkv-bias": (
+        "llama_qkv",
+        {"override_tensors": {"blk.0.attn_q.bias": np.zeros(64, np.float32)}},
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.attn_q.bias",
     ),
     # llama's optional tensors that qwen2 does not have (GGUF-046), each of its right shape
     # (n_embd 64, n_embd_q + 2·n_embd_k_gqa = 128, n_rot / 2 = 8): refused, not ignored

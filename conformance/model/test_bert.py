@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import pytest
 
@@ -345,6 +346,24 @@ def test_unusable_file_refused(case: str, target: Any, tmp_path: Path) -> None:
     path = write_bert_gguf(CFG, tmp_path / f"{case}.gguf", **kwargs)
     with raises_code(code, field=field):
         target.load_model(path)
+
+
+@pytest.mark.invariant("GGUF-004")
+@pytest.mark.requires("model.weights")
+def test_every_tensor_reads_back(target: Any) -> None:
+    """Every tensor of the (F32) bert file, read back by its GGUF name: an encoder has no
+    llama blocks, yet its ``blk.N.*`` tensors are stored ones like the rest; a name it does not
+    store is a KeyError."""
+    reader = gguf.GGUFReader(str(bert_fixture_path()))
+    handle = cached(target, "load_model", str(bert_fixture_path()))
+    for t in reader.tensors:
+        got = target.model_tensor(handle, t.name)
+        want = np.asarray(t.data)
+        assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.name
+        assert got.dtype == np.float32, t.name
+        assert np.array_equal(got, want), t.name
+    with pytest.raises(KeyError):  # an encoder stores no output norm
+        target.model_tensor(handle, "output_norm.weight")
 
 
 # -- the full-sequence forward (GGUF-054, GGUF-055) -----------------------------------------------

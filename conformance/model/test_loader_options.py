@@ -257,9 +257,9 @@ class SplitCase:
     refused_by_llamacpp: bool = True
 
 
-def _split(**kwargs: Any) -> Callable[[Path], Path]:
+def _split(n_split: int = 3, **kwargs: Any) -> Callable[[Path], Path]:
     def build(tmp: Path) -> Path:
-        return write_split_gguf(CFG, tmp, 3, **kwargs)[0]
+        return write_split_gguf(CFG, tmp, n_split, **kwargs)[0]
 
     return build
 
@@ -305,6 +305,14 @@ SPLIT_CASES = [
         "split.tensors.count",
         0,
         _split(part_keys={0: {"split.tensors.count": 20}}),
+    ),
+    # the smallest split (N = 2) checks the count as well
+    SplitCase(
+        "tensor-count-mismatch-two-parts",
+        "GGUF_SPLIT_MISMATCH",
+        "split.tensors.count",
+        0,
+        _split(2, part_keys={0: {"split.tensors.count": 20}}),
     ),
     SplitCase("loaded-from-second-part", "GGUF_SPLIT_MISMATCH", "split.no", 0, _from_part(1)),
     SplitCase("first-part-renamed", "GGUF_SPLIT_MISMATCH", "path", 0, _renamed_first),

@@ -126,6 +126,29 @@ def test_f32_and_f16_load_exactly(
     assert ("F16" in kinds) == (name == "f16")
 
 
+@pytest.mark.invariant("GGUF-004")
+@pytest.mark.requires("model.weights")
+def test_a_name_the_file_does_not_store_is_a_key_error(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    stored = _reader_tensors(gguf_path("mha"))
+    n_layer = 1 + max(int(n.split(".")[1]) for n in stored if n.startswith("blk."))
+    absent = [
+        "nope",
+        "output_norm.bias",
+        "blk.0.attn_q.bias",  # mha stores no bias
+        "blk.x.attn_q.weight",
+        "blk.-1.attn_q.weight",
+        f"blk.{n_layer}.attn_q.weight",
+        "blk.0.no_such.weight",
+    ]
+    handle = load("mha")
+    for name in absent:
+        assert name not in stored
+        with pytest.raises(KeyError):
+            target.model_tensor(handle, name)
+
+
 @pytest.mark.invariant("GGUF-005")
 @pytest.mark.requires("model.weights")
 def test_output_tied_to_token_embd_when_absent(

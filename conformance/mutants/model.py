@@ -1163,3 +1163,21 @@ MUTANTS = [
         apply=_unnamed_tensors_unreadable,
     ),
 ]
+
+
+def _partial_separate_biases_used(target: Any) -> Any:
+    # one or two separate Q/K/V biases beside a fused attn_qkv weight are added too
+    replace("reference_impl.model.gguf_loader", "separate_biases_count", lambda biases: True)
+    return target
+
+
+MUTANTS += [
+    Mutant(
+        "model-fused-qkv-partial-biases-used",
+        "model",
+        "beside a fused attn_qkv weight, a partial set of separate Q/K/V biases is added",
+        kills=("GGUF-057",),
+        apply=_partial_separate_biases_used,
+        black_box=True,
+    ),
+]

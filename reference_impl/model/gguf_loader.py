@@ -183,16 +183,18 @@ class ModelWeights:
         """The output projection actually used (token_embd when tied)."""
         return self.token_embd if self.output is None else self.output
 
+    @implements("GGUF-004")
     def tensor(self, name: str) -> torch.Tensor:
-        """A dequantized tensor by its GGUF name (``output.weight`` resolves tying)."""
+        """A dequantized tensor by its GGUF name (``output.weight`` resolves tying); KeyError
+        for a name the file does not store."""
         if name == "token_embd.weight":
             return self.token_embd
-        if name == "output_norm.weight":
+        if name == "output_norm.weight" and self.output_norm.numel():  # bert stores none
             return self.output_norm
         if name == "output.weight":
             return self.output_weight
         parts = name.split(".")
-        if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight":
+        if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight":
             il = int(parts[1])
             attr = _LAYER_TENSORS.get(parts[2])
             if attr is not None and 0 <= il < len(self.layers):
@@ -664,17 +666,19 @@ def plan_tensors(
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]], set[str]]:
     """(required shapes, optional shapes, displaced names) for the tensors ``present``. A layer
     with a fused ``attn_qkv.weight`` needs no separate Q/K/V, and then separate Q/K/V weights
-    or biases are displaced (llama.cpp does not create them, so it refuses the file); a layer
-    without it has no ``attn_qkv.bias``. An architecture without fused QKV keeps its Q/K/V and
-    refuses the ``attn_qkv`` tensor itself."""
+    are displaced (llama.cpp does not create them, so it refuses the file), and so are separate
+    Q/K/V biases beside an ``attn_qkv.bias``; without that fused bias they stay optional
+    (GGUF-057). A layer without the fused weight has no ``attn_qkv.bias``. An architecture
+    without fused QKV keeps its Q/K/V and refuses the ``attn_qkv`` tensor itself."""
     required = expected_tensor_shapes(hp)
     optional = optional_tensor_shapes(hp, spec)
     displaced: set[str] = set()
     for i in range(hp.n_layer):
         p = f"blk.{i}."
         if spec.fused_qkv and p + "attn_qkv.weight" in present:
+            kinds = ("weight", "bias") if p + "attn_qkv.bias" in present else ("weight",)
             for m in ("attn_q", "attn_k", "attn_v"):
-                for name in (p + m + ".weight", p + m + ".bias"):
+                for name in (f"{p}{m}.{kind}" for kind in kinds):
                     required.pop(name, None)
                     optional.pop(name, None)
                     displaced.add(name)
@@ -838,10 +842,17 @@ def vocab_only_weights(
     )
 
 
-@implements("GGUF-044")
+def separate_biases_count(biases: dict[str, torch.Tensor]) -> bool:
+    """Whether separate Q/K/V biases beside a fused ``attn_qkv`` weight are used: all three."""
+    return all(attr in biases for attr in ("bq", "bk", "bv"))
+
+
+@implements("GGUF-044", "GGUF-057")
 def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> LayerWeights:
     """Block ``il`` from the loaded tensors: a fused ``attn_qkv`` (and its bias) is split by
-    rows into Q, K and V (Q's ``n_embd_q`` rows first, then K's and V's ``n_embd_k_gqa``)."""
+    rows into Q, K and V (Q's ``n_embd_q`` rows first, then K's and V's ``n_embd_k_gqa``).
+    Beside a fused weight without a fused bias, separate Q/K/V biases count only as a full
+    set: llama.cpp adds them as one concatenated bias, and a partial set is loaded unused."""
     p = f"blk.{il}."
     mats = {
         attr: loaded[p + key + ".weight"]
@@ -860,6 +871,9 @@ def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> Laye
         if p + "attn_qkv.bias" in loaded:
             bq, bk, bv = torch.split(loaded[p + "attn_qkv.bias"], sizes)
             biases.update(bq=bq.contiguous(), bk=bk.contiguous(), bv=bv.contiguous())
+        elif not separate_biases_count(biases):
+            for attr in ("bq", "bk", "bv"):
+                biases.pop(attr, None)
     return LayerWeights(**mats, **biases)
 
 
