@@ -405,6 +405,20 @@ def test_xtc_disabled_forms(target: Any, p: float, t: float) -> None:
 
 
 @pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
+def test_xtc_with_p_zero_ignores_a_draw_of_zero(target: Any) -> None:
+    # mt19937(500964)'s 5519th output is 0, the only draw that is <= 0: with the smallest
+    # positive p XTC cuts at that apply alone, and with p = 0 (the empty sampler) never
+    tiny = float(np.nextafter(F32(0.0), F32(1.0)))
+    cur = candidates(np.zeros(4, F32))
+    for p, cut_at in [(tiny, [5518]), (0.0, [])]:
+        with chain_of(target, [xtc_entry(p, 0.25, seed=500964)]) as handle:
+            sizes = [target.sampler_apply(handle, cur).size for _ in range(5519)]
+        assert [i for i, size in enumerate(sizes) if size != 4] == cut_at, p
+        assert sizes[5518] == (1 if cut_at else 4)
+
+
+@pytest.mark.invariant("SMP-081")
 @pytest.mark.requires(*XTC_CAPS, "sampling.top_k")
 @given(cur=token_arrays(2, 60, max_scale=3.0), t=st.floats(0.0, 0.5), keep=st.integers(0, 5))
 def test_xtc_cut_is_a_suffix_after_the_top_choices(

@@ -251,6 +251,28 @@ def test_logit_bias_adds_to_the_named_tokens(
     assert out.sorted == sorted_flag
 
 
+@pytest.mark.invariant("SMP-045")
+@pytest.mark.requires("sampling.chain", "sampling.logit_bias")
+@pytest.mark.parametrize("token", [0, 3])
+@pytest.mark.parametrize("own_index", [True, False], ids=["own-index", "moved"])
+def test_logit_bias_on_a_token_listed_twice(target: Any, token: int, own_index: bool) -> None:
+    """A token at its own index (``ids[token] == token``, token 0 included) gets every entry
+    in list order; a token found by searching gets its first entry only (llama.cpp)."""
+    ids = np.arange(6, dtype=np.int32)
+    if not own_index:
+        ids = np.roll(ids, 1)  # [5, 0, 1, 2, 3, 4]: every token but 5 sits one row later
+    logits = np.array([0.5, -1.0, 2.0, 0.25, 1.5, -0.75], F32)
+    cur = TokenDataArray(ids, logits, np.zeros(6, F32))
+    biases = [[token, 1.0], [5, -0.5], [token, 2.0]]
+    out = apply_once(target, [["logit_bias", {"biases": biases}]], cur)
+    added = {token: F32(3.0 if own_index else 1.0), 5: F32(-0.5)}
+    expected = np.array(
+        [lg + added.get(i, F32(0.0)) for i, lg in zip(ids.tolist(), logits, strict=True)], F32
+    )
+    assert np.array_equal(out.logits, expected), describe(out)
+    assert np.array_equal(out.ids, ids)
+
+
 @pytest.mark.invariant("SMP-042")
 @pytest.mark.requires("sampling.chain", "sampling.temp_ext")
 def test_temp_ext_with_an_infinite_logit_takes_the_lowest_temperature(target: Any) -> None:
