@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -267,10 +268,13 @@ BREAK_PROBES = ("!\u010a", "!\u010d")  # '!Ċ', '!č' in GPT-2's byte alphabet
 @pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "qwen2", "qwen35", "kimi-k2"])
 def test_other_run_takes_the_line_breaks_after_it(target: Any, tmp_path: Path, pre: str) -> None:
     """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` of the Llama-3 family (and Kimi-K2): a run of other
-    characters keeps the CRs and LFs right after it in its word, but not a break behind a space;
-    GPT-2's `` ?[^\\s\\p{L}\\p{N}]+`` stops before the break (the control)."""
-    vocab, first = _vocab_with_probes(target, tmp_path / "brk.gguf", pre, *BREAK_PROBES)
-    lf, cr = range(first, first + len(BREAK_PROBES))
+    characters keeps the CRs and LFs right after it in its word, but not a break behind a space
+    nor the letter after its breaks; GPT-2's `` ?[^\\s\\p{L}\\p{N}]+`` stops before the break
+    (the control)."""
+    # "\nx" (reached only if the "\n" and the "x" share a word) after the break probes
+    probes = (*BREAK_PROBES, LEAD_PROBES[1] + "x")
+    vocab, first = _vocab_with_probes(target, tmp_path / "brk.gguf", pre, *probes)
+    lf, cr, nlx = range(first, first + len(probes))
     assert [target.token_to_piece(vocab, i, True) for i in (lf, cr)] == [b"!\n", b"!\r"]
     x = target.tokenize(vocab, "x", False, False)
     for text, probe in (("x!\n", lf), ("x!\r", cr)):
@@ -281,6 +285,10 @@ def test_other_run_takes_the_line_breaks_after_it(target: Any, tmp_path: Path, p
             assert ids == [*x, probe], (pre, text, ids)
     ids = target.tokenize(vocab, "x! \n", False, False)
     assert lf not in ids and cr not in ids, (pre, ids)
+    for text in ("x?\nx", "x?\n\n\nx"):  # the word ends after its last break, whatever their number
+        ids = target.tokenize(vocab, text, False, False)
+        assert nlx not in ids, (pre, text, ids)
+        assert ids == [*target.tokenize(vocab, text[:-1], False, False), *x], (pre, text, ids)
 
 
 # A token joining "x" to an apostrophe, built by a merge appended last: it is reached only when
@@ -524,6 +532,21 @@ MALFORMED = [
         "GGUF_INVALID_HPARAM",
         "tokenizer.ggml.token_type",
         None,
+    ),
+    # a flag of another GGUF type: llama.cpp's get_key<bool> throws "has wrong type"
+    *(
+        (
+            f"{key.rsplit('.', 1)[1]}-as-{vtype.name.lower()}",
+            {"extra": ((key, value, vtype),)},
+            "GGUF_KEY_TYPE",
+            key,
+            None,
+        )
+        for key, value, vtype in (
+            ("tokenizer.ggml.add_bos_token", 1, gguf.GGUFValueType.UINT8),
+            ("tokenizer.ggml.add_eos_token", 0, gguf.GGUFValueType.INT32),
+            ("tokenizer.ggml.add_space_prefix", "true", gguf.GGUFValueType.STRING),
+        )
     ),
 ]
 

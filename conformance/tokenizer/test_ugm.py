@@ -245,6 +245,24 @@ def test_piece_across_words(target: Any, tmp_path: Path) -> None:
     assert target.tokenize(vocab, "  Hello   world ", False, False) == [span]
 
 
+@pytest.mark.invariant("TOK-052")
+def test_path_scores_add_up_over_the_fragment(target: Any, tmp_path: Path) -> None:
+    """A path's score is the double-precision sum of its piece scores from the start of the
+    fragment, and a path replaces the best one at a position only when its sum is greater: after
+    a piece scored 2**60, the sums of ``'▁a'`` (-20) and of ``'▁'`` + ``'a'`` (about -14.2)
+    round to the same double, so the first to reach the position (the piece) stays, where the
+    word alone takes the two pieces."""
+    path = tmp_path / "rounding.gguf"
+    _write_ugm(path, (("\u2581zzz", 2.0**60), ("\u2581a", -20.0)))
+    vocab = target.load_vocab(str(path))
+    zzz, space_a = len(PIECES), len(PIECES) + 1
+    alone = target.tokenize(vocab, "a", False, False)
+    assert alone == [PIECES.index("\u2581"), PIECES.index("a")], alone
+    assert target.tokenize(vocab, "zzz", False, False) == [zzz]
+    for text in ("zzz a", "zzz  a"):
+        assert target.tokenize(vocab, text, False, False) == [zzz, space_a], text
+
+
 @pytest.mark.invariant("TOK-075")
 def test_t5_default_special_ids(target: Any, tmp_path: Path) -> None:
     """Without ``tokenizer.ggml.eos_token_id`` / ``unknown_token_id`` a T5 vocabulary takes
