@@ -64,6 +64,20 @@ def test_no_mutants_in_docstrings_annotations_asserts_or_triton_jit() -> None:
     assert not jit, f"sites inside triton.jit functions: {jit[:3]}"
 
 
+def test_the_minus_one_of_a_reshape_is_not_mutated() -> None:
+    """``x.reshape(-1)`` and ``x.reshape(n, -1)`` plant nothing in their ``-1`` (numpy infers
+    any negative size); the other constants on those lines still do."""
+    path = ROOT / "reference_impl/model/dequant.py"
+    source = path.read_text(encoding="utf-8")
+    assert "reshape(-1)" in source and "reshape(packed.shape[0], -1)" in source
+    lines = source.splitlines()
+    ones = [s for s in sites_of(path) if s.kind == "const" and s.before == "1"]
+    assert [s for s in ones if "reshape(-1)" in lines[s.line - 1]], "other 1s there stay sites"
+    for s in ones:
+        planted = ast.unparse(mutate(path, s.index))
+        assert "reshape(-2)" not in planted and "reshape(packed.shape[0], -2)" not in planted, s
+
+
 def _site(ident: str, area: str) -> Site:
     return Site(ident, area, "x.py", "x", 1, "f", "cmp", "a < b", "a <= b", 0)
 

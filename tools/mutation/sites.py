@@ -14,8 +14,9 @@ or swapped), ``return`` (a returned value replaced by None), ``minmax`` (min and
 and ``delete`` (a simple statement replaced by ``pass``).
 
 Not mutated: docstrings, annotations, decorators, ``assert`` statements (internal checks),
-``if TYPE_CHECKING`` blocks and functions compiled by ``triton.jit`` (the Triton interpreter
-reads their source from disk, so a mutant there would silently not run).
+``if TYPE_CHECKING`` blocks, functions compiled by ``triton.jit`` (the Triton interpreter
+reads their source from disk, so a mutant there would silently not run) and the ``-1`` of a
+``.reshape`` (numpy infers any negative size, so ``-2`` is the same; torch refuses it at once).
 """
 
 from __future__ import annotations
@@ -234,7 +235,10 @@ class _Walker:
 
     # -- expressions -------------------------------------------------------------------------
     def expr(self, e: ast.expr) -> None:
+        inferred = {id(n) for n in ast.walk(e) for n in _reshape_minus_ones(n)}
         for node in _ordered(e):
+            if id(node) in inferred:
+                continue
             if isinstance(node, ast.Compare):
                 for k, op in enumerate(node.ops):
                     new = _FLIP.get(type(op))
@@ -292,6 +296,26 @@ class _Walker:
 
     def emit(self, kind: str, node: ast.AST, before: str, after: str, apply: object) -> None:
         self.found(kind, node, ".".join(self.scope) or "<module>", before, after, apply)  # type: ignore[operator]
+
+
+def _reshape_minus_ones(node: ast.AST) -> Iterator[ast.Constant]:
+    """The ``1`` of each ``-1`` argument of a ``.reshape(...)`` call: numpy infers a dimension
+    from any negative size, so ``-2`` reshapes alike, and torch refuses ``-2`` at once; neither
+    mutant says anything about the suite."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "reshape"
+    ):
+        args = [a for arg in node.args for a in (arg.elts if isinstance(arg, ast.Tuple) else [arg])]
+        for a in args:
+            if (
+                isinstance(a, ast.UnaryOp)
+                and isinstance(a.op, ast.USub)
+                and isinstance(a.operand, ast.Constant)
+                and a.operand.value == 1
+            ):
+                yield a.operand
 
 
 def _ordered(e: ast.AST) -> Iterator[ast.AST]:
