@@ -312,25 +312,40 @@ def test_kimi_contraction_ends_the_letter_word(target: Any, tmp_path: Path) -> N
         assert _pieces(target, vocab, ids)[0] == b"x", (text, ids)
 
 
-# A token joining the last byte 0x9F of U+2A6DF (the last code point of CJK Extension B) to the
-# lead byte 0xF0 of the code point after it, built by a merge appended last.
-HAN_END_PROBE = "\u0141\u00f0"  # 'Łð': bytes 0x9F, 0xF0 in GPT-2's byte alphabet
+# unicode_cpt_is_han's ranges (CJK unified ideographs, extensions A-F, compatibility ideographs)
+# by their edges: (code point, whether it is Han), the first and last of each range and the
+# neighbours just outside.
+HAN_EDGES = [
+    *((lo, True) for lo in (0x4E00, 0x3400, 0x20000, 0x2A700, 0x2B740, 0x2B820, 0x2CEB0)),
+    *((lo, True) for lo in (0xF900, 0x2F800)),
+    *((hi, True) for hi in (0x9FFF, 0x4DBF, 0x2A6DF, 0x2B73F, 0x2B81F, 0x2CEAF, 0x2EBEF)),
+    *((hi, True) for hi in (0xFAFF, 0x2FA1F)),
+    *((cp, False) for cp in (0x4DFF, 0xA000, 0x33FF, 0x4DC0, 0x1FFFF, 0x2A6E0, 0x2A6FF)),
+    *((cp, False) for cp in (0x2EBF0, 0xF8FF, 0xFB00, 0x2F7FF, 0x2FA20)),
+]
+
+
+def _han_probe(cp: int) -> str:
+    """A token joining the last UTF-8 byte of ``cp`` to the lead byte 0xE4 of U+4E00, in GPT-2's
+    byte alphabet: reached only when the two code points share a word."""
+    byte_char = {b: c for c, b in _gpt2_alphabet().items()}
+    return byte_char[chr(cp).encode()[-1]] + byte_char[0xE4]
 
 
 @pytest.mark.invariant("TOK-050")
-def test_kimi_han_run_ends_with_extension_b(target: Any, tmp_path: Path) -> None:
-    """Kimi-K2's Han class is ``unicode_cpt_is_han``'s ranges: U+2A6DF, the last code point of
-    CJK Extension B, is Han and joins the Han run before it (the control that shows the probe
-    token is reachable); U+2A6E0 (unassigned, before Extension C) is not Han and starts a word
-    of its own."""
-    vocab, probe = _vocab_with_probes(target, tmp_path / "han.gguf", "kimi-k2", HAN_END_PROBE)
-    assert target.token_to_piece(vocab, probe, True) == b"\x9f\xf0"
-    assert probe in target.tokenize(vocab, "\U0002a6df\U0002a6df", False, False)
-    for words in (["\U0002a6df", "\U0002a6e0"], ["\U0002a6df", "\U0002a6e0a"]):
-        ids = target.tokenize(vocab, "".join(words), False, False)
-        want = [i for w in words for i in target.tokenize(vocab, w, False, False)]
-        assert ids == want, (words, ids, want)
-        assert probe not in ids, (words, ids)
+def test_kimi_han_class_is_unicode_cpt_is_han(target: Any, tmp_path: Path) -> None:
+    """Kimi-K2's Han class is ``unicode_cpt_is_han``'s ranges: a Han code point and U+4E00
+    after it are one Han run (the probe joining their bytes is reached, the control that shows
+    it is reachable), any other code point ends its word before U+4E00."""
+    probes = sorted({_han_probe(cp) for cp, _ in HAN_EDGES})
+    vocab, first = _vocab_with_probes(target, tmp_path / "han.gguf", "kimi-k2", *probes)
+    bad = []
+    for cp, han in HAN_EDGES:
+        probe = first + probes.index(_han_probe(cp))
+        ids = target.tokenize(vocab, chr(cp) + "\u4e00", False, False)
+        if (probe in ids) != han:
+            bad.append((hex(cp), han, ids))
+    assert not bad, bad
 
 
 # A token joining "a" to the lead byte 0xCD ('Í') of U+0378 (unassigned) and of U+0370 (a
