@@ -316,11 +316,12 @@ def _byte_key_charsmap(entries: dict[int, bytes]) -> bytes:
 
 @pytest.mark.invariant("TOK-083")
 def test_entry_ending_inside_a_character(target: Any, tmp_path: Path) -> None:
-    """Keys that are lead bytes (C3 of "é", E4 of "中") leave continuation bytes behind: each
-    becomes U+FFFD unless a key starts there (AD of "中" -> "Y"), so the text tokenizes as the
-    normalized text does (a U+FFFD piece is added to the vocabulary)."""
+    """Keys that are lead bytes (C3 of "é", E4 of "中", C4 of "Ā" and "Ŀ") leave continuation
+    bytes behind: each becomes U+FFFD unless a key starts there (AD of "中" -> "Y"), so the text
+    tokenizes as the normalized text does (a U+FFFD piece is added to the vocabulary). The
+    continuation bytes run from 80 ("Ā": C4 80) to BF ("Ŀ": C4 BF)."""
     path = tmp_path / "lead-keys.gguf"
-    charsmap = _byte_key_charsmap({0xC3: b"E", 0xE4: b"X", 0xAD: b"Y"})
+    charsmap = _byte_key_charsmap({0xC3: b"E", 0xE4: b"X", 0xAD: b"Y", 0xC4: b"Z"})
     _write_ugm(path, (("\ufffd", -1.0),), remove_extra=False, charsmap=charsmap)
     vocab = target.load_vocab(str(path))
     replacement = len(PIECES)
@@ -329,6 +330,8 @@ def test_entry_ending_inside_a_character(target: Any, tmp_path: Path) -> None:
         "a\u00e9b": "aE\ufffdb",
         "\u4e2d": "X\ufffdY",
         "\u00e9 \u4e2d x": "E\ufffd X\ufffdY x",
+        "\u0100": "Z\ufffd",
+        "a\u013fb": "aZ\ufffdb",
     }.items():
         ids = target.tokenize(vocab, text, False, False)
         assert replacement in ids, text
