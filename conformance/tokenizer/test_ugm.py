@@ -117,9 +117,18 @@ def test_matches_sentencepiece(target: Any, text: str) -> None:
 
 @pytest.mark.invariant("TOK-062")
 @pytest.mark.requires("model.errors")
-@pytest.mark.parametrize("blob", [b"\x01\x00", b"\x08\x00\x00\x00\x00\x00\x00\x00"])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"\x01\x00",
+        b"\x08\x00\x00\x00\x00\x00\x00\x00",
+        b"\x04\x00\x00\x00\x00\x00\x00\x00",
+    ],
+)
 def test_malformed_charsmap_refused(target: Any, tmp_path: Path, blob: bytes) -> None:
-    """Shorter than its 4-byte size field, or a trie that leaves no room for strings."""
+    """Shorter than its 4-byte size field, or a trie that leaves no room for strings: one
+    longer than the rest of the blob, or one that ends exactly at the blob's end (size + 4 ==
+    length: no byte left for a string)."""
     path = tmp_path / "charsmap.gguf"
     write_ugm_gguf(path, charsmap=blob)
     with raises_code("GGUF_INVALID_HPARAM", field="tokenizer.ggml.precompiled_charsmap"):
