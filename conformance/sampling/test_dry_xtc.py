@@ -69,6 +69,10 @@ DRY_CASES: list[tuple[str, dict[str, Any], list[int], dict[int, int]]] = [
     ("single-token-breaker-spared", {"penalty_last_n": 20, "allowed_length": 1, "breakers": [[5]]}, [1, 5, 2, 1], {}),
     ("single-token-breaker-absent", {"penalty_last_n": 20, "allowed_length": 1}, [1, 5, 2, 1], {5: 0}),
     ("longest-wins", {"penalty_last_n": 20, "allowed_length": 1}, [4, 1, 2, 5, 2, 6, 1, 2], {5: 1, 6: 0}),
+    # runs of one token: the repeat lengths overlap (the Z-function's box reuse); only the
+    # token after a repeat of the newest tokens is penalised, never the one before the run
+    ("run-after-pair", {"penalty_last_n": 20, "allowed_length": 1}, [5, 5, 1, 1, 1], {1: 1}),
+    ("run-after-other", {"penalty_last_n": 20}, [5, 1, 5, 5, 5], {5: 0}),
     # penalty_last_n left out: the default window of 64 holds the run [1, 2] before 3 only
     # when the history is 64 tokens long
     ("default-window-keeps-it", {"penalty_last_n": None}, [1, 2, 3, *range(100, 159), 1, 2], {3: 0}),

@@ -149,6 +149,11 @@ def test_mirostat_v1_fits_the_first_100_rows_by_default(target: Any) -> None:
     default, explicit, wider = kept(), kept(m=100), kept(m=101)
     assert default.size == 10 and same_array(default, explicit), describe(default)
     assert wider.size < 10, describe(wider)
+    # m <= 0: the C bound (size_t) m - 1 wraps, so every ratio of the 120 rows is fitted,
+    # exactly as with an m past the array's end
+    every_row = kept(m=121)
+    for m in (0, -1):
+        assert same_array(kept(m=m), every_row), (m, describe(kept(m=m)))
 
 
 @pytest.mark.invariant("SMP-082", "SMP-045")
