@@ -454,6 +454,7 @@ CLEAN = [
     ("don 't I 'd we 'll", "don 't I 'd we 'll"),
     (" ?x", "?x"),
     ("it 's", "it's"),  # the letter after the apostrophe is the last byte
+    ("a' b x 'y", "a' b x 'y"),  # an apostrophe needs a space on both sides to lose them
 ]
 
 
