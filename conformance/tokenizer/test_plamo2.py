@@ -239,6 +239,21 @@ def test_a_token_scored_minus_1000_ends_its_table_rows(target: Any, tmp_path: Pa
     }
 
 
+@pytest.mark.invariant("TOK-054")
+def test_single_code_point_tokens_only(target: Any, tmp_path: Path) -> None:
+    """A vocabulary whose only tokens besides the BYTE ones are single code points (no control
+    texts either): every code point is a piece of its own, a token or its bytes."""
+    path = tmp_path / "plamo2-single.gguf"
+    w = gguf.GGUFWriter(str(path), "plamo2")
+    w.add_tokenizer_model("plamo2")
+    w.add_token_list(["x", *(f"<0x{b:02X}>" for b in range(256)), "a", "b"])
+    w.add_token_scores([0.0] * 259)
+    w.add_token_types([1] + [BYTE] * 256 + [1, 1])
+    finish_gguf(w)
+    vocab = target.load_vocab(str(path))
+    assert target.tokenize(vocab, "abxz", False, False) == [257, 258, 0, 1 + ord("z")]
+
+
 @pytest.mark.invariant("TOK-010")
 @pytest.mark.requires("model.errors")
 def test_out_of_range_ids(target: Any, tmp_path: Path) -> None:

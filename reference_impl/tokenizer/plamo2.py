@@ -80,7 +80,8 @@ class Plamo2Tokenizer(BaseTokenizer):
         (costs are integers, so the sums agree exactly)."""
         keep = {ch for text in self.entries for ch in text[1:]}
         keep |= {text[0] for text, (u, _) in self.entries.items() if u == UNKNOWN_UNITS}
-        self._pieces = re.compile(f"(?s:.)[{re.escape(''.join(sorted(keep)))}]*")
+        inner = f"[{re.escape(''.join(sorted(keep)))}]*" if keep else ""  # "[]" is no class
+        self._pieces = re.compile(f"(?s:.){inner}")
 
     def _rows(self, entry: str) -> list[Row]:
         """An entry's prefixes that are entries, longest first, then the unknown row."""
