@@ -235,8 +235,9 @@ class _Walker:
 
     # -- expressions -------------------------------------------------------------------------
     def expr(self, e: ast.expr) -> None:
-        inferred = {id(n) for n in ast.walk(e) for n in _reshape_minus_ones(n)}
+        inferred: set[int] = set()  # the 1s of a reshape's -1s: pre-order meets the call first
         for node in _ordered(e):
+            inferred.update(id(c) for c in _reshape_minus_ones(node))
             if id(node) in inferred:
                 continue
             if isinstance(node, ast.Compare):
