@@ -1,11 +1,12 @@
 """Meta-test: no conformance test leans on more than it declares.
 
-The whole suite runs once, in two shards, with ``--claims=minimal``: every test sees a target that claims exactly
-the capabilities the test requires (what it ``uses`` is absent, so its fallback path runs), and
-the gate (:mod:`conformance.gate`) refuses everything else. A test requiring one capability C
-therefore runs against a target with C alone; one requiring C1 and C2 against a target with just
-those two. The run must have no suite defect and no failure: the reference passes every test
-with its full capabilities, so a test that fails here depends on something it did not declare.
+The whole suite runs once, in two shards, with ``--claims=minimal``: every test sees a target
+that claims exactly the capabilities the test requires (what it ``uses`` is absent, so its
+fallback path runs), and the gate (:mod:`conformance.gate`) refuses everything else. A test
+requiring one capability C therefore runs against a target with C alone; one requiring C1 and C2
+against a target with just those two. The run must have no suite defect and no failure: the
+reference passes every test with its full capabilities, so a test that fails here depends on
+something it did not declare.
 """
 
 from __future__ import annotations
