@@ -34,7 +34,6 @@ from reference_impl.spec_links import implements
 class RSCell:
     pos: int = -1
     src: int = -1
-    src0: int = -1
     tail: int = -1
     seq_id: set[int] = field(default_factory=set)
 
@@ -87,7 +86,6 @@ class RecurrentMemory:
         self.head = 0
         self.used = 0
         self.n = 0
-        self.rs_z = -1
         self.rs_idx = [0] * n_seq_max
 
     # ------------------------------------------------------------------ sequence ops
@@ -298,13 +296,10 @@ class RecurrentMemory:
             cell.seq_id = set(ub.seq_ids_of(i))
             for seq_id in cell.seq_id:
                 cells[seq_id].tail = s + lo
-        refcounts = [0] * self.size
-        for c in cells:
-            if c.src >= 0:
-                refcounts[c.src] += 1
-        self.rs_z = next((i for i in range(lo, hi + 1) if refcounts[i] == 0), -1)
+        # llama.cpp also picks here the cell each state is copied from (src0, a zeroed one for a
+        # new sequence) for the graph's state copy; the reference keeps no state tensors, so only
+        # the source index that the cells record is kept.
         for i in range(lo, hi + 1):
-            cells[i].src0 = cells[i].src if cells[i].src >= 0 else self.rs_z
             cells[i].src = i
         self.head = lo
         self.n = hi - lo + 1
