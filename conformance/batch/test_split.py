@@ -508,26 +508,32 @@ def test_split_all_fallback(target: Any) -> None:
 def test_split_argument_errors(target: Any) -> None:
     _, sp = _splitter(target, Batch.get_one([1, 2, 3]))
     sp.split_simple(1)
+    # (call, code, field): the field names the argument at fault (spec error table)
     calls = [
-        (lambda: sp.split_simple(0), "SPL_N_UBATCH"),
-        (lambda: sp.split_seq(-1), "SPL_N_UBATCH"),
-        (lambda: sp.split_equal(0, False), "SPL_N_UBATCH"),
-        (lambda: sp.split_equal(2, False, 2), "SPL_KEEP_TAIL"),
-        (lambda: sp.split_equal(1, True, 1), "SPL_KEEP_TAIL"),  # the smallest tail: T == U
-        (lambda: sp.split_equal(4, True, 7), "SPL_KEEP_TAIL"),
-        (lambda: sp.split_equal(4, True, -1), "SPL_KEEP_TAIL"),
-        (lambda: target.batch_ubatch_reserve(0, 2), "SPL_RESERVE"),
-        (lambda: target.batch_ubatch_reserve(2, LLAMA_MAX_SEQ + 1), "SPL_RESERVE"),
+        (lambda: sp.split_simple(0), "SPL_N_UBATCH", "n_ubatch"),
+        (lambda: sp.split_seq(-1), "SPL_N_UBATCH", "n_ubatch"),
+        (lambda: sp.split_equal(0, False), "SPL_N_UBATCH", "n_ubatch"),
+        (lambda: sp.split_equal(2, False, 2), "SPL_KEEP_TAIL", "n_keep_tail"),
+        # the smallest tail: T == U
+        (lambda: sp.split_equal(1, True, 1), "SPL_KEEP_TAIL", "n_keep_tail"),
+        (lambda: sp.split_equal(4, True, 7), "SPL_KEEP_TAIL", "n_keep_tail"),
+        (lambda: sp.split_equal(4, True, -1), "SPL_KEEP_TAIL", "n_keep_tail"),
+        (lambda: target.batch_ubatch_reserve(0, 2), "SPL_RESERVE", "n_seq_tokens"),
+        (lambda: target.batch_ubatch_reserve(2, 0), "SPL_RESERVE", "n_seqs"),
+        (lambda: target.batch_ubatch_reserve(2, LLAMA_MAX_SEQ + 1), "SPL_RESERVE", "n_seqs"),
+        # both sizes below 1: n_seq_tokens is named
+        (lambda: target.batch_ubatch_reserve(0, 0), "SPL_RESERVE", "n_seq_tokens"),
     ]
     if target.has("batch.split_plan"):
         calls.append(
             (
                 lambda: target.batch_split_plan("paged", unified=True, embd_all=False),
                 "SPL_MEMORY_KIND",
+                "memory_kind",
             )
         )
-    for call, code in calls:
-        with raises_code(code, exc=BatchError):
+    for call, code, field in calls:
+        with raises_code(code, field=field, exc=BatchError):
             call()
         assert sp.n_used == 1 and list(sp.out_ids) == []  # state untouched
     assert [int(i) for i in sp.split_simple(5).idxs] == [1, 2]

@@ -215,6 +215,8 @@ def test_drift_refuses_a_checkpoint_with_null_token(target: Any, tmp_path: Path)
         (["generate", "--prompt", "", "--max-new", "1"], "--prompt"),
         (["generate", "--prompt", ",", "--max-new", "1"], "--prompt"),
         (["score", "--tokens", "7"], "--tokens"),
+        (["generate", "--max-new", "1"], "--prompt"),  # left out: no token at all
+        (["score"], "--tokens"),
     ],
 )
 def test_too_few_tokens_is_a_usage_error(

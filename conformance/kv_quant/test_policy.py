@@ -92,6 +92,22 @@ def test_residual_len_alias_and_default_block(target: Any) -> None:
 
 
 @pytest.mark.requires("kv_quant.policy")
+@pytest.mark.invariant("QNT-014")
+@pytest.mark.parametrize(
+    ("text", "formats"),
+    [
+        ("ksem=Q4_0,kgeo=q8_0@16,v=NF4@64,resid=0", ("q4_0@32", "q8_0@16", "nf4@64")),
+        ("ksem=q4_0 @16,kgeo=q8_0@ 8,v=FP16 @ 128,resid=0", ("q4_0@16", "q8_0@8", "fp16@128")),
+    ],
+)
+def test_kinds_ignore_case_and_spaces_around_the_block(
+    target: Any, text: str, formats: tuple[str, str, str]
+) -> None:
+    got = target.parse_kv_policy(text)
+    assert (got["k_sem"], got["k_geo"], got["v"]) == formats, text
+
+
+@pytest.mark.requires("kv_quant.policy")
 @pytest.mark.invariant("QNT-015")
 @pytest.mark.parametrize(
     "text,field",

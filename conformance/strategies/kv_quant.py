@@ -82,7 +82,8 @@ _ALIASES = {
 
 @st.composite
 def policy_spellings(draw: st.DrawFn, fields: dict[str, object]) -> str:
-    """The same policy written with aliases, any key order, spaces, and default @32 omitted."""
+    """The same policy written with aliases, any key order, spaces, kinds in either case and
+    default @32 omitted."""
     items = []
     for key in ("k_sem", "k_geo", "v", "resid"):
         name = draw(st.sampled_from(_ALIASES[key]))
@@ -90,6 +91,10 @@ def policy_spellings(draw: st.DrawFn, fields: dict[str, object]) -> str:
         if value.endswith("@32") and draw(st.booleans()):
             value = value[: -len("@32")]
         pad = draw(st.sampled_from(["", " ", "  "]))
+        if key != "resid":  # kinds in any case, spaces around "@" (QNT-014)
+            kind, at, qb = value.partition("@")
+            kind = draw(st.sampled_from([kind, kind.upper()]))
+            value = f"{kind}{pad}{at}{pad}{qb}" if at else kind
         items.append(f"{pad}{name}{pad}={pad}{value}{pad}")
     order = draw(st.permutations(items))
     return ",".join(order)

@@ -145,7 +145,8 @@ class Reference:
     def decoupled_runner(self, argv: Sequence[str]) -> tuple[int, str, str]:
         from reference_impl.decoupled.runner import main
 
+        # As a shell runs it: the CLI picks its own streams (sys.stdout / sys.stderr).
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(list(argv), out=out, err=err)
+            rc = main(list(argv))
         return rc, out.getvalue(), err.getvalue()
