@@ -174,10 +174,16 @@ def test_prepare_batch_transitions(
 
 @pytest.mark.invariant("MEM-010")
 @pytest.mark.requires("memory.coordinator")
-def test_prepare_batch_passes_output_all(target: Any) -> None:
+@pytest.mark.parametrize("output_all", [True, False, None], ids=["true", "false", "left-out"])
+def test_prepare_batch_passes_output_all(target: Any, output_all: bool | None) -> None:
+    """``init_batch`` gets the ``output_all`` of ``prepare_batch``; left out, it is false."""
     mem = ScriptedMemory([SUCCESS])
-    target.new_memory_coordinator(mem).prepare_batch(object(), 3, True)
-    assert ("init_batch", 3, True) in mem.log
+    coord = target.new_memory_coordinator(mem)
+    if output_all is None:
+        coord.prepare_batch(object(), 3)
+    else:
+        coord.prepare_batch(object(), 3, output_all)
+    assert ("init_batch", 3, bool(output_all)) in mem.log
 
 
 def _decoded(target: Any, ubatches: list[Any], **config: Any) -> tuple[Any, Any]:

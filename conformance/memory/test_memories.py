@@ -383,20 +383,37 @@ def test_hybrid_positions_after_seq_div(target: Any) -> None:
 @pytest.mark.invariant("MEM-015")
 @pytest.mark.requires(*NEEDS)
 @pytest.mark.parametrize(
-    ("swa_full", "n_ubatch", "pos_min"),
-    [(True, 8, 0), (None, 8, 0), (False, 8, 44), (False, 253, 0)],
+    ("swa_full", "n_swa", "n_ubatch", "n_tokens", "pos_min"),
+    [
+        (True, 4, 8, 300, 0),
+        (None, 4, 8, 300, 0),
+        (False, 4, 8, 300, 44),
+        (False, 4, 253, 300, 0),
+        (False, 256, None, 800, 32),
+        (False, 1, None, 600, 0),
+    ],
 )
 def test_iswa_window_cache_size(
-    target: Any, swa_full: bool | None, n_ubatch: int, pos_min: int
+    target: Any,
+    swa_full: bool | None,
+    n_swa: int,
+    n_ubatch: int | None,
+    n_tokens: int,
+    pos_min: int,
 ) -> None:
     """Window 4, n_ubatch 8: the window cache has 256 cells (not 1024) unless swa_full, so
     300 tokens wrap around it and the oldest 44 positions are purged from it. With n_ubatch
     253 it wants 4 + 253 = 257 cells, rounded up to 512: the 300 tokens fit. A config
-    without ``swa_full`` (None) gets llama.cpp's default, true."""
-    full = {} if swa_full is None else {"swa_full": swa_full}
-    mem = target.new_memory("iswa", kv_size=1024, n_swa=4, swa_type=1, n_ubatch=n_ubatch, **full)
-    decode(target, mem, [[0]] * 300, 1, 8)
-    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (pos_min, 299)
+    without ``swa_full`` (None) gets llama.cpp's default, true; one without ``n_ubatch``
+    (None) gets llama.cpp's default, 512: window 256 wants 256 + 512 = 768 cells exactly (one
+    more would round up to 1024), so 800 tokens purge the oldest 32 positions; window 1 wants
+    513, rounded up to 768 (one less would stay 512), so 600 tokens fit."""
+    opts: dict[str, Any] = {} if swa_full is None else {"swa_full": swa_full}
+    if n_ubatch is not None:
+        opts["n_ubatch"] = n_ubatch
+    mem = target.new_memory("iswa", kv_size=1024, n_swa=n_swa, swa_type=1, **opts)
+    decode(target, mem, [[0]] * n_tokens, 1, 8)
+    assert (mem.seq_pos_min(0), mem.seq_pos_max(0)) == (pos_min, n_tokens - 1)
     mem.seq_rm(0, 100, -1)
     mem.seq_add(0, -1, -1, 1)
     assert mem.seq_pos_max(0) == 100

@@ -57,9 +57,9 @@ class Memory(SequenceOps, Protocol):
 class Kinds(Protocol):
     def new_memory(self, kind: str, **config: Any) -> Memory:
         """``kind``: ``kv``, ``iswa``, ``recurrent``, ``hybrid``. Config: the ``kv.cache`` keys
-        for the attention part, plus ``n_ubatch`` and ``swa_full`` (iswa; default true) and
-        ``n_rs_seq`` (recurrent, hybrid); a recurrent memory takes ``n_seq_max`` and ``n_rs_seq``
-        only."""
+        for the attention part, plus ``n_ubatch`` (iswa; default 512) and ``swa_full`` (iswa;
+        default true) and ``n_rs_seq`` (recurrent, hybrid); a recurrent memory takes
+        ``n_seq_max`` and ``n_rs_seq`` only."""
         ...
 
 
