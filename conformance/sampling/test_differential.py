@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.sampling.support import candidates, describe
+from conformance.sampling.support import candidates, describe, needs_samplers
 from conformance.strategies.sampling import (
     adaptive_p_entries,
     dry_entries,
@@ -264,6 +264,34 @@ def test_large_vocab_default_chain_and_dist(target: Any, peer: Any, n_vocab: int
                 assert_same(*pair.apply(cur), exact=True)
             tokens = [pair.sample(logits) for _ in range(8)]
             assert all(a == b for a, b in tokens), tokens
+        finally:
+            pair.free()
+
+
+@pytest.mark.invariant("SMP-030", "SMP-031", "SMP-025")
+@pytest.mark.requires("sampling.chain", "sampling.dist")
+@pytest.mark.parametrize(
+    "entry",
+    [
+        needs_samplers([e], e, id=name)
+        for name, e in (
+            ("top_k-40", ["top_k", {"k": 40}]),
+            ("top_k-300", ["top_k", {"k": 300}]),
+            ("top_p-0.3", ["top_p", {"p": 0.3, "min_keep": 0}]),
+            ("top_p-0.9-keep300", ["top_p", {"p": 0.9, "min_keep": 300}]),
+        )
+    ],
+)
+def test_large_vocab_cuts_through_equal_logits_match_peer(
+    target: Any, peer: Any, entry: list[Any]
+) -> None:
+    # logits on a 1/4 grid: every cut of a 6000-row array (over the size an engine may select
+    # from without a full sort) goes through a run of equal logits
+    logits = (np.round(logits_from_seed(6000, 6000, 3.0) * 4) / 4).astype(F32)
+    for spec in ([entry], [entry, ["dist", {"seed": 7}]]):
+        pair = Pair(target, peer, spec)
+        try:
+            assert_same(*pair.apply(candidates(logits)), exact=True)
         finally:
             pair.free()
 

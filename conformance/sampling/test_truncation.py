@@ -191,6 +191,42 @@ def test_top_k_keeps_the_k_largest(target: Any, cur: TokenDataArray, k: int) -> 
     assert all(rows[i] == r for i, r in _rows_by_id(out).items())
 
 
+# (n, k, first, width, scale): n distinct logits from +scale down to -scale, except the rows
+# ranked first .. first + width - 1 (descending, 0-based), which share one logit, so the cut at
+# k goes through that run. Over 4096 rows an engine may select the k largest without sorting
+# all of them (the reference's partial selection; llama.cpp's partial_sort for k <= 128 and
+# its bucket sort over [-10, 10] otherwise, values outside clamped into the end buckets).
+TIED_CUTS = [
+    (5000, 1, 0, 6, 8.0),
+    (5000, 40, 35, 10, 8.0),
+    (6000, 300, 290, 40, 8.0),
+    (6000, 300, 290, 40, 40.0),
+    (5000, 4999, 4990, 10, 8.0),
+]
+
+
+@pytest.mark.invariant("SMP-030")
+@pytest.mark.requires("sampling.chain", "sampling.top_k")
+@pytest.mark.parametrize(("n", "k", "first", "width", "scale"), TIED_CUTS)
+def test_top_k_cut_through_equal_logits_keeps_k_rows(
+    target: Any, n: int, k: int, first: int, width: int, scale: float
+) -> None:
+    rng = np.random.default_rng(n + k)
+    ranked = np.linspace(scale, -scale, n).astype(F32)
+    assert np.unique(ranked).size == n
+    ranked[first : first + width] = ranked[first]
+    logits = np.empty(n, F32)
+    logits[rng.permutation(n)] = ranked
+    cur = TokenDataArray(np.arange(n, dtype=np.int32), logits, rng.random(n).astype(F32), -1, False)
+    out = apply_once(target, [["top_k", {"k": k}]], cur)
+    # which members of the run survive the cut is unspecified (Decisions: Ties), how many not
+    assert out.size == k and out.sorted is True, describe(out)
+    assert np.unique(out.ids).size == k, "a row is kept twice"
+    assert np.array_equal(out.logits, ranked[:k]), describe(out)
+    assert np.array_equal(cur.logits[out.ids], out.logits)
+    assert np.array_equal(cur.p[out.ids], out.p)
+
+
 @pytest.mark.invariant("SMP-031")
 @pytest.mark.requires("sampling.chain", "sampling.top_p")
 @given(cur=token_arrays(1, 300), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))

@@ -288,6 +288,24 @@ def test_t5_default_special_ids(target: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.invariant("TOK-052")
+def test_unk_covers_one_character(target: Any, tmp_path: Path) -> None:
+    """Without a charsmap nothing is normalized away: each ASCII character is one character
+    of the Viterbi, and one no piece covers (every control character, the capitals the
+    fixture lacks) is one UNK, as are characters of 2, 3 and 4 UTF-8 bytes no piece covers;
+    the path goes on at the next character ("b", a piece)."""
+    path = tmp_path / "plain.gguf"
+    _write_ugm(path)
+    vocab = target.load_vocab(str(path))
+    wide = ["\u0100", "\u07ff", "\u0800", "\u9fa0", "\uffef", "\U0001f9ff", "\U0010fffd"]
+    assert not any(ch in piece for ch in wide for piece in PIECES)
+    for ch in [*(chr(c) for c in range(1, 128) if c != ord(" ")), *wide]:
+        text = f"a{ch}b"
+        ids = target.tokenize(vocab, text, False, False)
+        middle = ch.encode() if ch in PIECES else b"<unk>"
+        assert _text(target, vocab, ids) == b" a" + middle + b"b", repr(text)
+
+
+@pytest.mark.invariant("TOK-052")
 def test_space_prefix_alone(target: Any, tmp_path: Path) -> None:
     """``add_space_prefix`` without ``remove_extra_whitespaces``: every space stays a ``'▁'``
     and one more goes right before the first word (after any leading spaces), none when there
@@ -351,14 +369,17 @@ def test_entry_ending_inside_a_character(target: Any, tmp_path: Path) -> None:
 def test_replacement_that_is_not_utf8(target: Any, tmp_path: Path) -> None:
     """``Q`` -> the lone byte C3: the Viterbi reads a two-byte character from it, so the first
     byte of the next ``'▁'`` joins its UNK, and so do that ``'▁'``'s other bytes: the words
-    are not solved one by one."""
+    are not solved one by one. A lone continuation byte (80 to BF, from R, V, X, Z) is a
+    one-byte character there: its UNK ends before the next character."""
     path = tmp_path / "bad-replacement.gguf"
-    _write_ugm(path, charsmap=_byte_key_charsmap({ord("Q"): b"\xc3"}))
+    lone = {ord("R"): b"\x80", ord("V"): b"\x9f", ord("X"): b"\xa5", ord("Z"): b"\xbf"}
+    _write_ugm(path, charsmap=_byte_key_charsmap({ord("Q"): b"\xc3", **lone}))
     vocab = target.load_vocab(str(path))
     for text, want in {
         "Hello Q world": b" Hello <unk>world",
         "Q x": b" <unk>x",
         "aQb": b" a<unk>",
+        **{f"a{chr(key)}b": b" a<unk>b" for key in lone},
     }.items():
         ids = target.tokenize(vocab, text, False, False)
         assert _text(target, vocab, ids) == want, text
