@@ -44,6 +44,38 @@ def test_ids_survive_an_unrelated_edit(tmp_path: Path) -> None:
     assert all(a.line == b.line + 3 for a, b in zip(shifted, original, strict=True))
 
 
+def _sites_of_text(tmp_path: Path, text: str) -> list[Site]:
+    path = tmp_path / "reference_impl" / "allocator" / "chunks.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    import tools.mutation.sites as sites_mod
+
+    old_root = sites_mod.ROOT
+    sites_mod.ROOT = tmp_path
+    try:
+        return sites_of(path)
+    finally:
+        sites_mod.ROOT = old_root
+
+
+def test_ids_survive_removing_a_like_site(tmp_path: Path) -> None:
+    """Removing the first of two alike mutations in a function (the same operator and text)
+    keeps the second one's id: a triage line written for it must not slide onto another site,
+    nor another site's line onto it."""
+    before = "def f(x, y):\n    a = x + 1\n    b = y + 1\n    return a + b\n"
+    after = "def f(x, y):\n    a = x\n    b = y + 1\n    return a + b\n"
+
+    def ones(sites: list[Site]) -> dict[int, str]:
+        return {s.line: s.id for s in sites if s.kind == "const"}
+
+    old, new = ones(_sites_of_text(tmp_path, before)), ones(_sites_of_text(tmp_path, after))
+    assert sorted(old) == [2, 3] and sorted(new) == [3]
+    assert new[3] == old[3], "the 1 of `b = y + 1` kept its id"
+    same = "def f(x):\n    a = x + 1\n    a = x + 1\n    return a\n"
+    twins = _sites_of_text(tmp_path, same)
+    assert len(twins) == 7 and len({s.id for s in twins}) == 7, "alike statements still count"
+
+
 def test_mutate_plants_exactly_the_site() -> None:
     site = next(s for s in sites_of(CHUNKS) if s.function == "best_last" and s.kind == "return")
     tree = mutate(CHUNKS, site.index)

@@ -13,6 +13,11 @@ swapped), ``negate`` (an if / while / conditional-expression test negated), ``bo
 or swapped), ``return`` (a returned value replaced by None), ``minmax`` (min and max swapped)
 and ``delete`` (a simple statement replaced by ``pass``).
 
+A site's id is its file, function, operator, text before and after, and the statement it sits
+in (the header of a compound one), with a count only among sites alike in all of those: an edit
+elsewhere in the function leaves it alone, and an edit of its own statement retires it, so a
+triage line never slides onto another site.
+
 Not mutated: docstrings, annotations, decorators, ``assert`` statements (internal checks),
 ``if TYPE_CHECKING`` blocks, functions compiled by ``triton.jit`` (the Triton interpreter
 reads their source from disk, so a mutant there would silently not run) and the ``-1`` of a
@@ -136,13 +141,18 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 class _Walker:
-    """Visits mutable nodes in a fixed order; calls ``found(kind, node, before, after, apply)``
-    for each candidate, where ``apply()`` plants that mutation in the tree."""
+    """Visits mutable nodes in a fixed order; calls
+    ``found(kind, node, function, before, after, apply, anchor)`` for each candidate, where
+    ``apply()`` plants that mutation in the tree."""
 
     def __init__(self, found: object) -> None:
         self.found = found
         self.scope: list[str] = []
         self.kinds: list[str] = []
+        # The text a site's id is keyed on besides its own: the enclosing simple statement, or the
+        # header part of a compound one, so removing a like mutation elsewhere in the function
+        # does not renumber this one (and so move a triage line onto another site).
+        self.anchor = ""
 
     def run(self, tree: ast.Module) -> None:
         self.body(tree.body, docstring=True)
@@ -166,8 +176,13 @@ class _Walker:
                 return
             self.scope.append(st.name)
             self.kinds.append("def")
-            for d in st.args.defaults + [d for d in st.args.kw_defaults if d is not None]:
-                self.expr(d)
+            positional = [*st.args.posonlyargs, *st.args.args]
+            named = zip(positional[len(positional) - len(st.args.defaults) :], st.args.defaults)
+            keyword = zip(st.args.kwonlyargs, st.args.kw_defaults)
+            for arg, d in [*named, *keyword]:
+                if d is not None:
+                    self.anchor = f"{arg.arg}={ast.unparse(d)}"
+                    self.expr(d)
             self.body(st.body, docstring=True)
             self.scope.pop()
             self.kinds.pop()
@@ -184,6 +199,9 @@ class _Walker:
         if isinstance(st, ast.If) and _is_type_checking(st):
             return
         in_function = self.kinds[-1:] == ["def"]  # module and class bodies only define names
+        compound = isinstance(st, ast.If | ast.While | ast.For | ast.AsyncFor | ast.With)
+        compound = compound or isinstance(st, ast.AsyncWith | ast.Try | ast.Match)
+        self.anchor = "" if compound else ast.unparse(st)
         if (
             in_function
             and isinstance(st, ast.Assign | ast.AugAssign | ast.Expr)
@@ -205,6 +223,12 @@ class _Walker:
             self.negate(st)
         for field in ("test", "value", "iter", "targets", "target", "exc", "items", "subject"):
             child = getattr(st, field, None)
+            if compound and child is not None and not isinstance(child, list | str):
+                self.anchor = f"{type(st).__name__}.{field}: {ast.unparse(child)}"
+            elif compound and isinstance(child, list) and child:
+                self.anchor = f"{type(st).__name__}.{field}: " + ", ".join(
+                    ast.unparse(c) for c in child
+                )
             if isinstance(child, list):
                 for c in child:
                     if isinstance(c, ast.expr):
@@ -225,6 +249,8 @@ class _Walker:
     def negate(self, node: ast.If | ast.While | ast.IfExp) -> None:
         test = node.test
         before = ast.unparse(test)
+        if not isinstance(node, ast.IfExp):
+            self.anchor = f"{type(node).__name__}.test: {before}"
         self.emit(
             "negate",
             node,
@@ -296,7 +322,8 @@ class _Walker:
                 )
 
     def emit(self, kind: str, node: ast.AST, before: str, after: str, apply: object) -> None:
-        self.found(kind, node, ".".join(self.scope) or "<module>", before, after, apply)  # type: ignore[operator]
+        scope = ".".join(self.scope) or "<module>"
+        self.found(kind, node, scope, before, after, apply, self.anchor)  # type: ignore[operator]
 
 
 def _reshape_minus_ones(node: ast.AST) -> Iterator[ast.Constant]:
@@ -362,9 +389,15 @@ def sites_of(path: Path) -> list[Site]:
     seen: dict[str, int] = {}
 
     def visit(
-        kind: str, node: ast.AST, function: str, before: str, after: str, apply: object
+        kind: str,
+        node: ast.AST,
+        function: str,
+        before: str,
+        after: str,
+        apply: object,
+        anchor: str,
     ) -> None:
-        key = f"{function}|{kind}|{before}|{after}"
+        key = f"{function}|{kind}|{before}|{after}|{anchor}"
         n = seen.get(key, 0)
         seen[key] = n + 1
         digest = hashlib.sha1(f"{key}|{n}".encode()).hexdigest()[:8]
@@ -393,7 +426,13 @@ def mutate(path: Path, index: int) -> ast.Module:
     count = 0
 
     def visit(
-        kind: str, node: ast.AST, function: str, before: str, after: str, apply: object
+        kind: str,
+        node: ast.AST,
+        function: str,
+        before: str,
+        after: str,
+        apply: object,
+        anchor: str,
     ) -> None:
         nonlocal count
         if count == index:
