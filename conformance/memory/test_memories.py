@@ -291,6 +291,9 @@ def test_recurrent_seq_rm_rules(target: Any) -> None:
     four = target.new_memory("recurrent", n_seq_max=2)
     decode(target, four, [[0]] * 4, 2, 8)  # seq 0: cell 0, position 3
     assert four.seq_rm(0, 0, 3) is True
+    # also from p0 > 0: a range [p0, pos) that ends at the state cuts nothing short, so it is
+    # neither refused nor a rollback (n_rs_seq 0 would refuse one)
+    assert four.seq_rm(0, 2, 3) is True
     # p1 == 0 is an empty range, not "no bound": nothing removed, no rollback attempted
     assert four.seq_rm(0, 0, 0) is True and four.seq_rm(0, 2, 0) is True
     assert four.seq_pos_max(0) == 3

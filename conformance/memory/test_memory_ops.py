@@ -173,7 +173,8 @@ def test_recurrent_sequence_without_a_cell_fails_the_batch(target: Any) -> None:
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_add_and_div_move_the_state_in_range(target: Any) -> None:
     """Three cells; seq 0's state at position 4 (shared with seq 2), seq 1's at 0. Ranges
-    that start after the state, end at it or are empty move nothing, nor do ids outside
+    that start after the state, end at it or are empty (p0 == p1, or p1 == 0, which bounds
+    the range rather than leaving it open) move nothing, nor do ids outside
     [0, 3); a range from the state on moves it (seq 2 reads it too), and seq 1 stays."""
     rec = target.new_memory("recurrent", n_seq_max=3)
     decode(target, rec, [[0]] * 5, 3, 8)
@@ -185,6 +186,9 @@ def test_recurrent_seq_add_and_div_move_the_state_in_range(target: Any) -> None:
         rec.seq_add(0, 5, -1, 3)
         rec.seq_div(0, 0, 4, 2)  # ends at it
         rec.seq_add(0, 4, 4, 3)  # empty
+        rec.seq_add(0, 0, 0, 3)  # p1 == 0 is a bound, not "no bound": empty
+        rec.seq_add(0, 2, 0, 3)  # p1 == 0 below p0: empty
+        rec.seq_div(0, 0, 0, 2)
         for s in (3, -1):  # one past the last cell, and -1
             rec.seq_add(s, -1, -1, 3)
             rec.seq_div(s, -1, -1, 2)

@@ -24,7 +24,8 @@ class Statuses(Protocol):
 @role("memory_context")
 class MemoryContext(Protocol):
     """The result of ``init_batch`` / ``init_update`` / ``init_full`` (``n_kv`` for a KV
-    batch or full context)."""
+    batch or full context, read after ``apply``: before the first one its value is unspecified,
+    as llama.cpp leaves it unset)."""
 
     @property
     def ubatches(self) -> list[UBatch]: ...

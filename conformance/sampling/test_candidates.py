@@ -69,6 +69,7 @@ def _bad_arrays() -> list[tuple[str, TokenDataArray, str, str, int | None]]:
     ids = np.arange(4, dtype=np.int32)
     lg = np.array([0.5, 1.0, -1.0, 2.0], F32)
     p = np.zeros(4, F32)
+    one: Any = 1.0
     return [
         ("short-logits", TokenDataArray(ids, lg[:3], p), "SMP_ARRAY_SHAPE", "logits", None),
         ("short-p", TokenDataArray(ids, lg, p[:2]), "SMP_ARRAY_SHAPE", "p", None),
@@ -98,6 +99,9 @@ def _bad_arrays() -> list[tuple[str, TokenDataArray, str, str, int | None]]:
         ),
         ("selected-high", TokenDataArray(ids, lg, p, 4), "SMP_SELECTED_RANGE", "selected", 4),
         ("selected-low", TokenDataArray(ids, lg, p, -2), "SMP_SELECTED_RANGE", "selected", -2),
+        # in range, but not an integer: a bool and a float are refused, not read as 1
+        ("selected-bool", TokenDataArray(ids, lg, p, True), "SMP_SELECTED_RANGE", "selected", None),
+        ("selected-float", TokenDataArray(ids, lg, p, one), "SMP_SELECTED_RANGE", "selected", None),
     ]
 
 

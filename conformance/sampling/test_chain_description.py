@@ -140,6 +140,7 @@ def test_default_chain_parameters_are_checked(
     # DRY, XTC and the mirostat modes are fine
     for good in (
         {"dry_multiplier": 0.8, "dry_sequence_breakers": [[3]], "xtc_probability": 0.5},
+        {"mirostat": 0},
         {"mirostat": 1, "n_vocab": 100},
         {"mirostat": 2, "samplers": ["adaptive_p"]},
     ):

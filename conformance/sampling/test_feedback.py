@@ -140,20 +140,24 @@ def test_mirostat_v1_fits_the_first_100_rows_by_default(target: Any) -> None:
     logits[100:] = F32(-40.0)
     cur = candidates(logits)
 
-    def kept(**extra: int) -> TokenDataArray:
+    def kept(rows: TokenDataArray = cur, **extra: int) -> TokenDataArray:
         entry = ["mirostat", {"n_vocab": 120, "seed": 3, "tau": 3.0} | extra]
         with chain_of(target, [entry]) as handle:
-            out: TokenDataArray = target.sampler_apply(handle, cur)
+            out: TokenDataArray = target.sampler_apply(handle, rows)
             return out
 
     default, explicit, wider = kept(), kept(m=100), kept(m=101)
     assert default.size == 10 and same_array(default, explicit), describe(default)
     assert wider.size < 10, describe(wider)
-    # m <= 0: the C bound (size_t) m - 1 wraps, so every ratio of the 120 rows is fitted,
-    # exactly as with an m past the array's end
-    every_row = kept(m=121)
-    for m in (0, -1):
-        assert same_array(kept(m=m), every_row), (m, describe(kept(m=m)))
+    # m <= 0: the C bound (size_t) m - 1 wraps, so every ratio is fitted, exactly as with an
+    # m past the array's end: on the 120 rows, and on the first 101, whose last ratio is the
+    # cliff (a fit that stops one ratio short keeps the 10 rows of m = 100)
+    head = candidates(logits[:101])
+    for rows, every_row in ((cur, kept(m=121)), (head, kept(head, m=102))):
+        for m in (0, -1):
+            got = kept(rows, m=m)
+            assert same_array(got, every_row), (rows.size, m, describe(got))
+    assert kept(head, m=102).size < 10, describe(kept(head, m=102))
 
 
 @pytest.mark.invariant("SMP-082", "SMP-045")
