@@ -978,3 +978,20 @@ MUTANTS += [
         apply=_plamo2_default_ids_swapped,
     ),
 ]
+
+
+# A WordPiece vocabulary without an UNK id key takes SPM's UNK 0 instead of BERT's 100.
+_wpm_spm_default_unk = _ids_when_keys_missing(
+    "bert", {"tokenizer.ggml.unknown_token_id": ("unk_id", 0)}
+)
+
+
+MUTANTS += [
+    Mutant(
+        "tok-wpm-spm-default-unk",
+        "tokenizer",
+        "a WordPiece vocabulary without an unknown_token_id key takes UNK 0 instead of 100",
+        kills=("TOK-088",),
+        apply=_wpm_spm_default_unk,
+    ),
+]

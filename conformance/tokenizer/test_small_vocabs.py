@@ -104,14 +104,50 @@ def test_bpe_default_ids_beyond_the_vocabulary_are_unset(target: Any, tmp_path: 
 WPM = ("[PAD]", "\u2581a", "b", "[CLS]", "[SEP]")
 
 
-@pytest.mark.invariant("TOK-082")
-def test_wpm_default_unk_beyond_the_vocabulary_is_null(target: Any, tmp_path: Path) -> None:
-    path = tmp_path / "wpm-small.gguf"
+def _write_wpm(path: Path, tokens: tuple[str, ...], ids: bool = False) -> str:
+    """A WordPiece vocabulary (tokens in ``[...]`` CONTROL, the others NORMAL), with the
+    UNK / CLS / SEP id keys only when ``ids``."""
     w = gguf.GGUFWriter(str(path), "bert")
     w.add_tokenizer_model("bert")
-    w.add_token_list(list(WPM))
-    w.add_token_types([CONTROL, NORMAL, NORMAL, CONTROL, CONTROL])
+    w.add_token_list(list(tokens))
+    w.add_token_types([CONTROL if t.startswith("[") else NORMAL for t in tokens])
+    if ids:
+        w.add_unk_token_id(tokens.index("[UNK]"))
+        w.add_bos_token_id(tokens.index("[CLS]"))
+        w.add_sep_token_id(tokens.index("[SEP]"))
     finish_gguf(w)
-    vocab = target.load_vocab(str(path))
+    return str(path)
+
+
+@pytest.mark.invariant("TOK-082")
+def test_wpm_default_unk_beyond_the_vocabulary_is_null(target: Any, tmp_path: Path) -> None:
+    vocab = target.load_vocab(_write_wpm(tmp_path / "wpm-small.gguf", WPM))
     got = {t: target.tokenize(vocab, t, False, False) for t in ("zz a", "ab", "a b", "abb")}
     assert got == {"zz a": [-1, 1], "ab": [1, 2], "a b": [1, -1], "abb": [1, 2, 2]}
+
+
+# A WordPiece vocabulary of 104 tokens laid out as BERT's: [UNK] 100, [CLS] 101, [SEP] 102.
+WPM_BERT = (
+    "[PAD]",
+    "\u2581a",
+    "b",
+    *(f"[unused{i}]" for i in range(3, 100)),
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+)
+
+
+@pytest.mark.invariant("TOK-088")
+def test_wpm_default_special_ids(target: Any, tmp_path: Path) -> None:
+    """Without id keys a WordPiece vocabulary takes UNK 100, CLS 101 and SEP 102: the same ids
+    as when the keys are written."""
+    bare = target.load_vocab(_write_wpm(tmp_path / "wpm-bare.gguf", WPM_BERT))
+    written = target.load_vocab(_write_wpm(tmp_path / "wpm-ids.gguf", WPM_BERT, ids=True))
+    want = {"zz a": [100, 1], "ab": [1, 2], "a b": [1, 100], "": []}
+    for vocab in (bare, written):
+        assert {t: target.tokenize(vocab, t, False, False) for t in want} == want
+        assert {t: target.tokenize(vocab, t, True, False) for t in want} == {
+            t: [101, *ids, 102] for t, ids in want.items()
+        }

@@ -325,11 +325,11 @@ def test_space_prefix_alone(target: Any, tmp_path: Path) -> None:
         assert target.detokenize(vocab, ids, False, False) == normalized.encode()[1:], text
 
 
-def _byte_key_charsmap(entries: dict[int, bytes]) -> bytes:
+def _byte_key_charsmap(entries: dict[int, bytes], size: int = 512) -> bytes:
     """A hand-built charsmap whose keys are single bytes (``entries``: byte -> replacement):
     the root's BASE is 256, each key's unit sits at 256 ^ byte with BASE 1, its VALUE at
-    256 ^ byte ^ 1."""
-    units = [0] * 512
+    256 ^ byte ^ 1; ``size`` trie units."""
+    units = [0] * size
     units[0] = 256 << 10
     strings = b""
     for byte, replacement in entries.items():
@@ -383,3 +383,37 @@ def test_replacement_that_is_not_utf8(target: Any, tmp_path: Path) -> None:
     }.items():
         ids = target.tokenize(vocab, text, False, False)
         assert _text(target, vocab, ids) == want, text
+
+
+# 378 trie units: the root's step for "z" (256 ^ 0x7A) is the first index past the trie, that
+# for "y" (256 ^ 0x79) its last unit (not a child: LCHECK 0)
+_SHORT_TRIE = 256 ^ ord("z")
+
+
+def _write_short_trie(tmp_path: Path) -> Any:
+    path = tmp_path / "short-trie.gguf"
+    _write_ugm(path, charsmap=_byte_key_charsmap({ord("Q"): b"hello"}, size=_SHORT_TRIE))
+    return path
+
+
+@pytest.mark.invariant("TOK-079")
+def test_trie_a_step_can_leave(target: Any, tmp_path: Path) -> None:
+    """A trie whose walk for some bytes steps to its end or past it loads, and texts whose walks
+    stay inside (bytes below "z", the first to step out) normalize as usual."""
+    vocab = target.load_vocab(str(_write_short_trie(tmp_path)))
+    for text, normalized in {"Q": "hello", "a Qy b": "a helloy b", "y": "y"}.items():
+        ids = target.tokenize(vocab, text, False, False)
+        assert _text(target, vocab, ids) == b" " + normalized.encode(), text
+        assert ids == target.tokenize(vocab, normalized, False, False), text
+
+
+@pytest.mark.invariant("TOK-079")
+@pytest.mark.requires("model.errors")
+def test_trie_step_out_refused(target: Any, tmp_path: Path) -> None:
+    """A text whose walk steps to the index right past the trie ("z") or further ("~", "é") is
+    refused, as llama.cpp's ``get_node`` throws there; llama.cpp fails the whole call: not run
+    against it."""
+    vocab = target.load_vocab(str(_write_short_trie(tmp_path)))
+    for text in ("z", "Q yz", "~", "\u00e9"):
+        with raises_code("TOK_CHARSMAP", field="text"):
+            target.tokenize(vocab, text, False, False)
