@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conformance.assertions import unchanged
+from conformance.assertions import raises_code, unchanged
 from conformance.memory.test_memories import NEEDS, decode, splitter
 
 SUCCESS, FAILED_PREPARE = 0, 2
@@ -156,12 +156,14 @@ def test_recurrent_coupled_token_shares_one_cell(target: Any) -> None:
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_sequence_without_a_cell_fails_the_batch(target: Any) -> None:
     """Two cells; the batch admits ids up to 3 (the bound is the batch's, not the memory's):
-    a ubatch naming seq 3 finds no slot, and the memory is as before."""
+    a ubatch naming seq 2 (the number of cells, the first id without one) or seq 3 finds no
+    slot, and the memory is as before."""
     rec = target.new_memory("recurrent", n_seq_max=2)
     decode(target, rec, [[0], [1]], 2, 8)
-    with unchanged(rec.state, "recurrent memory after a batch naming a sequence without a cell"):
-        ctx = rec.init_batch(splitter(target, rec, [[0], [3]], n_seq_max=4), 8, False)
-    assert ctx.get_status() == FAILED_PREPARE
+    for seq_id in (2, 3):
+        with unchanged(rec.state, f"recurrent memory after a batch naming seq {seq_id}"):
+            ctx = rec.init_batch(splitter(target, rec, [[0], [seq_id]], n_seq_max=4), 8, False)
+        assert ctx.get_status() == FAILED_PREPARE, seq_id
     ctx = rec.init_batch(splitter(target, rec, [[0], [1]], n_seq_max=4), 8, False)
     assert ctx.get_status() == SUCCESS
 
@@ -196,6 +198,31 @@ def test_recurrent_seq_add_and_div_move_the_state_in_range(target: Any) -> None:
     assert positions(rec, 3) == [(2, 2), (0, 0), (2, 2)]
     rec.seq_add(2, -1, -1, 3)  # seq 2 shares seq 0's state
     assert positions(rec, 3) == [(5, 5), (0, 0), (5, 5)]
+
+
+@pytest.mark.invariant("MEM-025")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_seq_div_refuses_a_divisor_below_one(target: Any) -> None:
+    """Two cells; seq 0's state at position 2, seq 1 without one. d = 0 or -2 raises
+    KV_DIVISOR and moves nothing, before the sequence and range are looked at: for the state in
+    range, a range past it, an empty range, seq 1, an id without a cell (2) and -1."""
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[0]] * 3, 2, 8)
+    for d in (0, -2):
+        for s, p0, p1 in (
+            (0, -1, -1),
+            (0, 5, -1),
+            (0, 1, 1),
+            (1, -1, -1),
+            (2, -1, -1),
+            (-1, -1, -1),
+        ):
+            with (
+                unchanged(rec.state, f"recurrent memory after seq_div({s}, {p0}, {p1}, {d})"),
+                raises_code("KV_DIVISOR", what=f"seq_div({s}, {p0}, {p1}, {d})"),
+            ):
+                rec.seq_div(s, p0, p1, d)
+    assert positions(rec, 2) == [(2, 2), (-1, -1)]
 
 
 # -------------------------------------------------------------------------------- forwarding

@@ -25,7 +25,7 @@ class Statuses(Protocol):
 class MemoryContext(Protocol):
     """The result of ``init_batch`` / ``init_update`` / ``init_full`` (``n_kv`` for a KV
     batch or full context, read after ``apply``: before the first one its value is unspecified,
-    as llama.cpp leaves it unset)."""
+    and reading it may fail, as llama.cpp leaves it unset)."""
 
     @property
     def ubatches(self) -> list[UBatch]: ...

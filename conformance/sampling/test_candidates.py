@@ -44,6 +44,10 @@ def test_candidates_cover_the_vocabulary_in_id_order(
     assert cur.selected == -1 and cur.sorted is False
     source[:] = 123.0  # the array is a copy
     assert np.array_equal(cur.logits, row)
+    same = row.astype(F32)  # a float32 row needs no conversion, and is still copied
+    cur = target.build_candidates(same)
+    same[:] = 123.0
+    assert np.array_equal(cur.logits, row), "the candidates share the float32 logits row"
 
 
 @pytest.mark.invariant("SMP-002")
