@@ -378,6 +378,24 @@ def test_unassigned_code_point_is_no_letter(target: Any, tmp_path: Path, pre: st
     assert probe not in ids, (pre, ids)
 
 
+# A token joining the last UTF-8 byte 0xB8 ('¸') of U+0378 (unassigned) and of U+2178 (SMALL
+# ROMAN NUMERAL NINE, a number) to the digit "1" after it: reached only when the two code points
+# share a number run.
+UNASSIGNED_DIGIT_PROBE = "\u00b81"
+
+
+@pytest.mark.invariant("TOK-050")
+@pytest.mark.parametrize("pre", ["gpt-2", "llama-bpe", "kimi-k2"])
+def test_unassigned_code_point_is_no_number(target: Any, tmp_path: Path, pre: str) -> None:
+    """An unassigned code point (Unicode 15.1 ``Cn``) is no number either: a digit after it
+    starts a new number run, so no token joins the two; the number U+2178 in its place shares
+    the digit's run (the control that shows the probe token is reachable)."""
+    vocab, probe = _vocab_with_probes(target, tmp_path / "cn.gguf", pre, UNASSIGNED_DIGIT_PROBE)
+    assert target.token_to_piece(vocab, probe, True) == b"\xb81"
+    assert probe in target.tokenize(vocab, "\u21781", False, False), pre
+    assert probe not in target.tokenize(vocab, "\u03781", False, False), pre
+
+
 @pytest.mark.invariant("TOK-050")
 def test_ignore_merges(target: Any, bpe_vocab: Any, bpe_pre: str) -> None:
     """Llama-3 pre types (and the others with ignore_merges) emit a word that is a token whole,

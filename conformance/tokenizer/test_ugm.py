@@ -218,17 +218,19 @@ def _write_ugm(
     special_ids: bool = True,
     remove_extra: bool = True,
     charsmap: bytes | None = None,
+    extra_type: int = NORMAL,
 ) -> None:
-    """The SentencePiece-default unigram fixture with ``extra`` (piece, score) appended, and
-    without the EOS / UNK id keys unless ``special_ids``; ``remove_extra`` writes
-    ``remove_extra_whitespaces``. No charsmap (identity normalization) unless ``charsmap``:
-    the model's 240,000 int8 entries take seconds to read, and these texts need none."""
+    """The SentencePiece-default unigram fixture with ``extra`` (piece, score) appended (typed
+    ``extra_type``), and without the EOS / UNK id keys unless ``special_ids``; ``remove_extra``
+    writes ``remove_extra_whitespaces``. No charsmap (identity normalization) unless
+    ``charsmap``: the model's 240,000 int8 entries take seconds to read, and these texts need
+    none."""
     pieces, scores, types, _ = ugm_model()
     w = gguf.GGUFWriter(str(path), "t5")
     w.add_tokenizer_model("t5")
     w.add_token_list([*pieces, *(p for p, _ in extra)])
     w.add_token_scores([*scores, *(sc for _, sc in extra)])
-    w.add_token_types([*types, *(NORMAL for _ in extra)])
+    w.add_token_types([*types, *(extra_type for _ in extra)])
     w.add_add_space_prefix(True)
     w.add_remove_extra_whitespaces(remove_extra)
     if charsmap is not None:
@@ -303,6 +305,22 @@ def test_unk_covers_one_character(target: Any, tmp_path: Path) -> None:
         ids = target.tokenize(vocab, text, False, False)
         middle = ch.encode() if ch in PIECES else b"<unk>"
         assert _text(target, vocab, ids) == b" a" + middle + b"b", repr(text)
+
+
+UNUSED = 5  # llama_token_type LLAMA_TOKEN_TYPE_UNUSED
+
+
+@pytest.mark.invariant("TOK-052")
+def test_low_scored_piece_beats_unk(target: Any, tmp_path: Path) -> None:
+    """UNK stands in only for a character no piece covers: an UNUSED token (a piece, though its
+    score does not set UNK's) covering one character exactly is taken even when scored far below
+    UNK's score (the lowest NORMAL score minus 10)."""
+    path = tmp_path / "unused.gguf"
+    _write_ugm(path, (("\ue000", -1000.0),), extra_type=UNUSED)
+    vocab = target.load_vocab(str(path))
+    unused = len(PIECES)
+    ids = target.tokenize(vocab, "a\ue000b", False, False)
+    assert ids == [*target.tokenize(vocab, "a", False, False), unused, PIECES.index("b")], ids
 
 
 @pytest.mark.invariant("TOK-052")
