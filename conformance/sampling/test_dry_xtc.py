@@ -83,6 +83,8 @@ DRY_CASES: list[tuple[str, dict[str, Any], list[int], dict[int, int]]] = [
     # int(88.7228391 / logf(1e20)) = 1: the cap of 1 holds (an uncapped base^2 is inf)
     ("huge-base-cap-1", {"penalty_last_n": 20, "base": 1e20}, [1, 2, 3, 4, 5, 1, 2, 3, 4], {5: 1}),
     ("base-at-cap-threshold", {"penalty_last_n": 20, "base": 1.000001}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8], {9: 6}),
+    # base == 1 exactly still enables DRY (only base < 1 is the empty sampler): 0.8 * 1^1
+    ("base-exactly-one", {"penalty_last_n": 20, "base": 1.0}, [1, 2, 3, 4, 1, 2, 3], {4: 1}),
 ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conformance.assertions import assert_close
@@ -127,6 +127,13 @@ def test_temp_ext_without_range_is_plain_temp(
     t=st.floats(0.2, 2.0),
     delta=st.floats(0.05, 1.0),
     exponent=st.floats(0.25, 3.0),
+)
+# two rows is the smallest size that is scaled (a single row is left unchanged)
+@example(
+    cur=TokenDataArray(np.array([3, 8], np.int32), np.array([0.5, 2.0], F32), np.zeros(2, F32)),
+    t=0.8,
+    delta=0.5,
+    exponent=1.0,
 )
 def test_temp_ext_scales_by_entropy(
     target: Any, cur: TokenDataArray, t: float, delta: float, exponent: float
