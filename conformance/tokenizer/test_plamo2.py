@@ -213,8 +213,15 @@ def test_unknown_cost_is_exactly_ten_million(target: Any, tmp_path: Path) -> Non
 
 
 # Tokens scored exactly -1000 (10^7 units, the score of llama.cpp's unknown row): c=260, e=261,
-# a=262, ab=263, b=264.
-UNKNOWN_SCORED = (("c", 0.0), ("e", -1000.0), ("a", 0.0), ("ab", -1000.0), ("b", 0.0))
+# a=262, ab=263, b=264, q=265 ("q", unlike "e" of "<|plamo:eos|>", is in no other token text).
+UNKNOWN_SCORED = (
+    ("c", 0.0),
+    ("e", -1000.0),
+    ("a", 0.0),
+    ("ab", -1000.0),
+    ("b", 0.0),
+    ("q", -1000.0),
+)
 
 
 @pytest.mark.invariant("TOK-087")
@@ -222,10 +229,11 @@ def test_a_token_scored_minus_1000_ends_its_table_rows(target: Any, tmp_path: Pa
     """The walk to the entry at "c" stops at e's row, before the empty entry that would give
     the token "c", so "c" before "e" (or before "ab") is an unknown code point; at "ab" the
     candidates stop after "ab" itself (cost 10^7), before "a" (with "b": cost 0). Where the
-    token is not in the way, "e" after "c" and "a" before "c" are plain tokens."""
+    token is not in the way, "e" after "c" and "a" before "c" are plain tokens. This holds
+    as well for "q", which starts the only token text it appears in."""
     vocab = target.load_vocab(_write_vocab(tmp_path / "plamo2-unknown.gguf", UNKNOWN_SCORED))
     byte_c = _bytes_of("c")
-    texts = ("ce", "ab", "cab", "ace", "ec", "eb", "ba", "cc")
+    texts = ("ce", "ab", "cab", "ace", "ec", "eb", "ba", "cc", "cq", "aqc", "qc")
     got = {t: target.tokenize(vocab, t, False, False) for t in texts}
     assert got == {
         "ce": [*byte_c, 261],
@@ -236,6 +244,9 @@ def test_a_token_scored_minus_1000_ends_its_table_rows(target: Any, tmp_path: Pa
         "eb": [261, 264],
         "ba": [264, 262],
         "cc": [260, 260],
+        "cq": [*byte_c, 265],
+        "aqc": [*_bytes_of("a"), 265, 260],
+        "qc": [265, 260],
     }
 
 
