@@ -153,6 +153,7 @@ def test_last_block_reuse_is_a_signed_64_bit_value(target: Any) -> None:
         ((2, 1), [(8, 16), (32, HALF - 32)]),  # joins the block that starts where it ends
         ((1, 3), [(8, 8), (24, HALF - 24)]),  # grows the tail down; no touching neighbour
         ((1, 3, 2), [(8, HALF - 8)]),  # fills the gap: both neighbours become one block
+        ((0, 2, 3), [(0, 8), (16, HALF - 16)]),  # joins a block and the tail behind it
         ((0, 2), [(0, 8), (16, 8), (32, HALF - 32)]),  # no neighbour: inserted in order
         ((2, 0), [(0, 8), (16, 8), (32, HALF - 32)]),
     ],

@@ -71,6 +71,20 @@ def test_failed_decode_leaves_no_readable_row(new_ctx: Callable[..., Any], targe
         assert (ctx.output_ids() == -1).all()
 
 
+@pytest.mark.invariant("OUT-003", "OUT-015", "OUT-019")
+def test_a_later_decode_forgets_the_earlier_mapping(new_ctx: Callable[..., Any]) -> None:
+    """Each decode starts from an empty mapping: a batch index flagged in the previous decode
+    but not in this one (including one past this batch's tokens) has no row, even where the
+    old row number would still be in range of the new n_outputs."""
+    ctx = new_ctx(n_batch=32)
+    assert ctx.decode(batch(prompt(6), all_out=True)) == 0
+    assert ctx.decode(batch(prompt(4, start=50), pos=[6, 7, 8, 9], out=[1, 0, 1, 0])) == 0
+    assert not invalid(partial(ctx.get_logits_ith, 0))
+    assert not invalid(partial(ctx.get_logits_ith, 2))
+    stale = [i for i in (1, 3, 4, 5) if not invalid(partial(ctx.get_logits_ith, i))]
+    assert stale == [], f"indices {stale} still resolve to a row of the previous decode"
+
+
 @pytest.mark.invariant("OUT-022")
 @pytest.mark.requires("decoder.abort")
 def test_aborted_decode_leaves_no_readable_row(new_ctx: Callable[..., Any]) -> None:
