@@ -55,6 +55,31 @@ def test_window_needs_size(target: Any, swa_type: int) -> None:
         target.new_kv_cache(kv_size=8, n_swa=0, swa_type=swa_type)
 
 
+@pytest.mark.invariant("KV-022", "KV-027")
+@pytest.mark.requires("kv.cache")
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kv_size": 0},  # edge: the smallest refused size
+        {"kv_size": -1},
+        {"kv_size": 8, "swa_type": STANDARD},  # n_swa left at its default 0
+        {"kv_size": 8, "swa_type": CHUNKED},
+    ],
+)
+def test_bad_config(target: Any, bad: dict[str, Any]) -> None:
+    with raises_code("KV_CONFIG"):
+        target.new_kv_cache(**bad)
+
+
+@pytest.mark.invariant("KV-027")
+@pytest.mark.requires("kv.cache")
+def test_smallest_config(target: Any) -> None:
+    """One cell is a valid cache: it takes one token."""
+    c = target.new_kv_cache(kv_size=1)
+    place(c, run_of(0, 0, 1))
+    assert c.seq_pos_max(0) == 0
+
+
 def _full(target: Any, swa_type: int, n_swa: int) -> Any:
     """4 cells holding sequence 0 at positions 0..3."""
     c = target.new_kv_cache(kv_size=4, n_swa=n_swa, swa_type=swa_type)

@@ -58,7 +58,7 @@ class KVCacheConfig:
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
 
-    @implements("KV-022")
+    @implements("KV-022", "KV-027")
     def validate(self) -> None:
         def bad(msg: str, fld: str) -> KVCacheError:
             return KVCacheError("KV_CONFIG", msg, field=fld)
