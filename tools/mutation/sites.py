@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,12 +140,24 @@ def _is_type_checking(node: ast.If) -> bool:
     return ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
 
 
-class _Walker:
-    """Visits mutable nodes in a fixed order; calls
-    ``found(kind, node, function, before, after, apply, anchor)`` for each candidate, where
-    ``apply()`` plants that mutation in the tree."""
+@dataclass(frozen=True)
+class _Candidate:
+    """One mutation the walker met: ``apply()`` plants it in the tree; ``anchor`` is the
+    statement (or compound header) it sits in, part of its id."""
 
-    def __init__(self, found: object) -> None:
+    kind: str
+    node: ast.AST
+    function: str
+    before: str
+    after: str
+    apply: Callable[..., object]
+    anchor: str
+
+
+class _Walker:
+    """Visits mutable nodes in a fixed order; calls ``found(candidate)`` for each one."""
+
+    def __init__(self, found: Callable[[_Candidate], None]) -> None:
         self.found = found
         self.scope: list[str] = []
         self.kinds: list[str] = []
@@ -220,15 +232,12 @@ class _Walker:
                 "return", st, ast.unparse(st), "return None", lambda: setattr(st, "value", None)
             )
         if isinstance(st, ast.If | ast.While):
+            self.anchor = _header(st, "test")
             self.negate(st)
         for field in ("test", "value", "iter", "targets", "target", "exc", "items", "subject"):
             child = getattr(st, field, None)
-            if compound and child is not None and not isinstance(child, list | str):
-                self.anchor = f"{type(st).__name__}.{field}: {ast.unparse(child)}"
-            elif compound and isinstance(child, list) and child:
-                self.anchor = f"{type(st).__name__}.{field}: " + ", ".join(
-                    ast.unparse(c) for c in child
-                )
+            if compound and child:
+                self.anchor = _header(st, field)
             if isinstance(child, list):
                 for c in child:
                     if isinstance(c, ast.expr):
@@ -249,8 +258,6 @@ class _Walker:
     def negate(self, node: ast.If | ast.While | ast.IfExp) -> None:
         test = node.test
         before = ast.unparse(test)
-        if not isinstance(node, ast.IfExp):
-            self.anchor = f"{type(node).__name__}.test: {before}"
         self.emit(
             "negate",
             node,
@@ -321,9 +328,18 @@ class _Walker:
                     lambda node=node, other=other: setattr(node.func, "id", other),
                 )
 
-    def emit(self, kind: str, node: ast.AST, before: str, after: str, apply: object) -> None:
+    def emit(
+        self, kind: str, node: ast.AST, before: str, after: str, apply: Callable[..., object]
+    ) -> None:
         scope = ".".join(self.scope) or "<module>"
-        self.found(kind, node, scope, before, after, apply, self.anchor)  # type: ignore[operator]
+        self.found(_Candidate(kind, node, scope, before, after, apply, self.anchor))
+
+
+def _header(st: ast.stmt, field: str) -> str:
+    """A compound statement's anchor while one of its header fields is walked."""
+    child = getattr(st, field)
+    parts = child if isinstance(child, list) else [child]
+    return f"{type(st).__name__}.{field}: " + ", ".join(ast.unparse(c) for c in parts)
 
 
 def _reshape_minus_ones(node: ast.AST) -> Iterator[ast.Constant]:
@@ -375,7 +391,7 @@ def _op_text(node: ast.Compare, k: int, op: ast.cmpop) -> str:
     return ast.unparse(copy)
 
 
-def _walk(tree: ast.Module, visit: object) -> None:
+def _walk(tree: ast.Module, visit: Callable[[_Candidate], None]) -> None:
     _Walker(visit).run(tree)
 
 
@@ -388,30 +404,22 @@ def sites_of(path: Path) -> list[Site]:
     out: list[Site] = []
     seen: dict[str, int] = {}
 
-    def visit(
-        kind: str,
-        node: ast.AST,
-        function: str,
-        before: str,
-        after: str,
-        apply: object,
-        anchor: str,
-    ) -> None:
-        key = f"{function}|{kind}|{before}|{after}|{anchor}"
+    def visit(c: _Candidate) -> None:
+        key = f"{c.function}|{c.kind}|{c.before}|{c.after}|{c.anchor}"
         n = seen.get(key, 0)
         seen[key] = n + 1
         digest = hashlib.sha1(f"{key}|{n}".encode()).hexdigest()[:8]
         out.append(
             Site(
-                id=f"{rel}::{function}::{kind}-{digest}",
+                id=f"{rel}::{c.function}::{c.kind}-{digest}",
                 area=area,
                 path=rel,
                 module=module,
-                line=getattr(node, "lineno", 0),
-                function=function,
-                kind=kind,
-                before=_short(before),
-                after=_short(after),
+                line=getattr(c.node, "lineno", 0),
+                function=c.function,
+                kind=c.kind,
+                before=_short(c.before),
+                after=_short(c.after),
                 index=len(out),
             )
         )
@@ -425,18 +433,10 @@ def mutate(path: Path, index: int) -> ast.Module:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     count = 0
 
-    def visit(
-        kind: str,
-        node: ast.AST,
-        function: str,
-        before: str,
-        after: str,
-        apply: object,
-        anchor: str,
-    ) -> None:
+    def visit(c: _Candidate) -> None:
         nonlocal count
         if count == index:
-            apply()  # type: ignore[operator]
+            c.apply()
         count += 1
 
     _walk(tree, visit)
