@@ -103,8 +103,17 @@ def _load_err(code: str, message: str, key: str, index: int | None = None) -> Mo
 SUPPORTED_MODELS = ("llama", "gpt2", "bert", "t5", "rwkv", "plamo2")
 
 
-@implements("TOK-088")
-@implements("GGUF-016", "TOK-058", "TOK-062", "TOK-065", "TOK-075", "TOK-082", "TOK-084", "TOK-086")
+@implements(
+    "GGUF-016",
+    "TOK-058",
+    "TOK-062",
+    "TOK-065",
+    "TOK-075",
+    "TOK-082",
+    "TOK-084",
+    "TOK-086",
+    "TOK-088",
+)
 def load_vocab(meta: Meta) -> Vocab | None:
     """The vocabulary described by ``tokenizer.ggml.*`` (None for ``no_vocab``), with llama.cpp's
     per-family defaults; malformed or unsupported vocabularies raise :class:`ModelLoadError`
