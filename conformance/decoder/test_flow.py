@@ -384,6 +384,25 @@ def test_trace_follows_the_seven_steps(new_ctx: Callable[..., Any]) -> None:
     # a failing step ends the trace with one error record
     assert ctx.decode(batch([-5])) == -1
     assert ctx.trace.kinds(1) == ["error"]
+    # the trace is kept only when asked for: by default a context records no event
+    quiet = new_ctx(n_batch=32, n_ubatch=4)
+    assert quiet.decode(batch(prompt(6))) == 0
+    assert quiet.trace.kinds() == []
+
+
+@pytest.mark.invariant("DEC-042", "DEC-027")
+@pytest.mark.requires("decoder.abort", "decoder.introspection", "decoder.memory_ops")
+def test_an_aborted_ubatch_is_traced_and_never_computed(new_ctx: Callable[..., Any]) -> None:
+    """The abort callback is asked after a ubatch's apply: ubatches 0 and 1 run, ubatch 2 is
+    applied, aborted (one ``abort`` record) and never planned or computed."""
+    ctx = new_ctx(n_batch=32, n_ubatch=4, trace=True)
+    ctx.set_abort_callback(lambda: ctx.seq_pos_max(0) >= 8)
+    assert ctx.decode(batch(prompt(12))) == 2
+    events = ctx.trace.of_call(0)
+    kinds = [e.kind for e in events]
+    assert (kinds.count("apply"), kinds.count("compute"), kinds.count("abort")) == (3, 2, 1)
+    assert kinds[-3:] == ["apply", "abort", "error"]
+    assert events[-1].data["code"] == 2
 
 
 @pytest.mark.invariant("DEC-012")

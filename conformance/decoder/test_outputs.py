@@ -44,7 +44,7 @@ def selection_sort_swaps(order: list[int]) -> list[tuple[int, int]]:
 @pytest.mark.invariant("OUT-001", "OUT-002")
 @pytest.mark.requires("decoder.introspection", "decoder.embeddings")
 def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
-    ctx = new_ctx(n_batch=64, n_seq_max=4, kv_unified=True, embeddings=True)
+    ctx = new_ctx(n_batch=64, n_seq_max=4, kv_unified=True, embeddings=True, trace=True)
     out = ctx.outputs
     assert out.capacity == 4  # a new context holds n_seq_max rows
     assert ctx.decode(batch(prompt(2))) == 0
@@ -54,6 +54,9 @@ def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
     assert out.capacity == 10
     assert ctx.decode(batch(prompt(3), seqs=[[2]] * 3)) == 0
     assert out.capacity == 10  # never shrinks
+    # each decode's reservation step reports the rows it provides
+    reserved = [e.data["rows"] for e in ctx.trace.events if e.kind == "output_reserve"]
+    assert reserved == [4, 10, 10]
     plain = new_ctx(n_batch=64)
     assert plain.outputs.embd is None
 

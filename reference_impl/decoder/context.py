@@ -339,11 +339,11 @@ class Context:
         """Step 5: rows for the batch's outputs. From here on the last batch's outputs are gone
         (mapping and pooled embeddings); a call that failed earlier leaves them readable."""
         try:
-            self.outputs.reserve(n_outputs)
+            rows = self.outputs.reserve(n_outputs)
         except OutputError as err:
             raise _StepFailed(-2, DecoderError("DEC_OUTPUT_RESERVE", str(err))) from err
         self.embd_seq.clear()
-        self.trace.add("output_reserve", rows=self.outputs.capacity)
+        self.trace.add("output_reserve", rows=rows)
 
     @implements("DEC-027", "DEC-031", "OUT-005", "OUT-029")
     def _run_ubatches(self, plan: UBatchPlan) -> int:
