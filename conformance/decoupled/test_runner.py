@@ -22,11 +22,12 @@ def _summary(target: Any, tmp_path: Path, *argv: str) -> dict[str, str]:
     path = tmp_path / "summary.json"
     rc, out, err = target.decoupled_runner([*argv, "--summary-json", str(path)])
     assert rc == 0, f"exit {rc}: {err}"
-    assert "Run summary" in out
     rows: dict[str, str] = json.loads(path.read_text())
-    for key, value in rows.items():  # the printed table says the same
-        assert any(line.split(" : ")[0].strip() == key and line.endswith(f": {value}")
-                   for line in out.splitlines()), f"row {key!r} not printed as {value!r}"  # fmt: skip
+    # the printed table closes stdout and says the same, keys padded to the longest (DBA-029)
+    width = max(len(key) for key in rows)
+    table = ["Run summary"] + [f"  {key.ljust(width)} : {value}" for key, value in rows.items()]
+    printed = out.rstrip("\n").splitlines()[-len(table) :]
+    assert printed == table, f"printed summary {printed!r}, expected {table!r}"
     return rows
 
 
@@ -308,5 +309,7 @@ def test_summary_json_is_the_printed_rows_in_order(target: Any, tmp_path: Path) 
     table = out.split("Run summary\n", 1)[1].splitlines()
     printed = {ln.split(" : ", 1)[0].strip(): ln.split(" : ", 1)[1] for ln in table}
     assert list(printed)[:3] == ["Model", "KV Policy", "Null Attention"], table
+    width = max(len(k) for k in printed)  # keys padded to the longest, the table closes stdout
+    assert table == [f"  {k.ljust(width)} : {v}" for k, v in printed.items()], table
     body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in printed.items())
     assert path.read_text(encoding="utf-8") == "{\n" + body + "\n}", path.read_text()
