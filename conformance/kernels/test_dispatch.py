@@ -277,6 +277,29 @@ def test_gqa_head_dim_at_the_limit_runs_the_kernel(target: Any) -> None:
     _tolerance.assert_within(out, inp.expected, "head dim 256")
 
 
+GQA_AT_BOTH_LIMITS = [
+    pytest.param({"n_head": 64, "n_head_kv": 1, "head_dim": 256}, id="group64-d256"),
+    pytest.param(
+        {"n_head": 128, "n_head_kv": 2, "head_dim": 16, "v_head_dim": 256}, id="group64-dv256"
+    ),
+]
+
+
+@pytest.mark.requires("kernels.gqa_decode")
+@pytest.mark.invariant("KRN-025", "KRN-020")
+@pytest.mark.parametrize("fields", GQA_AT_BOTH_LIMITS)
+@pytest.mark.parametrize("request_,path", [("1pass", "triton-1pass"), ("2pass", "triton-2pass")])
+def test_gqa_group_and_head_dim_at_their_limits_together_run_the_kernel(
+    target: Any, fields: dict[str, Any], request_: str, path: str
+) -> None:
+    # both limits are inclusive at once: 64 query heads per KV head with a head dim of 256 is
+    # eligible, so the kernel's per-program tile (group x cells x head dim) must fit there too
+    inp = _cases.build_gqa(_cases.GqaCase(n_tokens=1, n_kv=5, **fields))
+    out, record = target.gqa_decode(inp.q, inp.k, inp.v, inp.mask, inp.scale, request_, 32)
+    assert (record.path, record.reason) == (path, "requested"), record.reason
+    _tolerance.assert_within(out, inp.expected, f"{path} at group 64, head dim 256")
+
+
 @pytest.mark.requires("kernels.gqa_decode")
 @pytest.mark.invariant("KRN-025")
 @pytest.mark.parametrize("request_", ["auto", "1pass", "2pass"])
