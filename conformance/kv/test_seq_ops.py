@@ -67,6 +67,25 @@ def test_seq_rm_negative_bounds_mean_open_ends(cache: Any) -> None:
     assert stream(cache).head == 0
 
 
+@pytest.mark.invariant("KV-013")
+@pytest.mark.requires("kv.cache")
+def test_open_ranges_end_before_the_largest_position(cache: Any) -> None:
+    """A negative ``p1`` is llama_pos's maximum 2**31 - 1, itself excluded: a cell at that
+    position is in no range (llama.cpp `pos_in`), while one at 2**31 - 2 is."""
+    top = 2**31 - 1
+    place_tokens(cache, [(top - 1, [0]), (top, [0])])  # cells 6 and 7
+    cache.seq_cp(0, 1, -1, -1)
+    assert cells(cache)[5:8] == [(5, (0, 1)), (top - 1, (0, 1)), (top, (0,))]
+    cache.seq_add(0, -1, -1, -3)  # cells 0..2 fall below 0 and are emptied
+    shifted = [(0, (0, 1)), (1, (0, 1)), (2, (0, 1)), (top - 4, (0, 1)), (top, (0,))]
+    assert cells(cache)[:8] == [E, E, E, *shifted]
+    cache.seq_rm(0, 1, -1)
+    assert cells(cache)[3:8] == [(0, (0, 1)), (1, (1,)), (2, (1,)), (top - 4, (1,)), (top, (0,))]
+    cache.seq_rm(-1, -1, -1)
+    assert cells(cache)[:8] == [E] * 7 + [(top, (0,))]
+    assert (cache.seq_pos_min(0), cache.seq_pos_max(0)) == (top, top)
+
+
 @pytest.mark.invariant("KV-014")
 @pytest.mark.requires("kv.cache")
 def test_seq_rm_keeps_cells_shared_with_other_sequences(cache: Any) -> None:

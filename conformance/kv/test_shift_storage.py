@@ -151,3 +151,23 @@ def test_storage_bad_arguments(target: Any) -> None:
     expect_code(
         c, "KV_SLOT_MISMATCH", c.write_kv, 0, slot, torch.zeros(3, 1, 2), torch.zeros(3, 1, 2)
     )
+    # A slot whose cells cannot take the rows is refused whatever the row count, before any
+    # K/V row is written: no group, groups and streams not paired, an empty group, groups of
+    # unequal size, a repeated cell, a cell outside the stream.
+    make = type(slot)
+    malformed = [
+        make(strm=(0,), idxs=()),
+        make(strm=(), idxs=()),
+        make(strm=(), idxs=((2, 3),)),
+        make(strm=(0,), idxs=((),)),
+        make(strm=(0, 0), idxs=((2, 3), (1,))),
+        make(strm=(0,), idxs=((2, 2),)),
+        make(strm=(0,), idxs=((3, 4),)),
+        make(strm=(0,), idxs=((-1, 2),)),
+    ]
+    before = [t.clone() for t in c.kv_view(0, 0, 4)]
+    for bad in malformed:
+        for n in (0, 1, 2, 3):
+            rows = torch.ones(n, 1, 2)
+            expect_code(c, "KV_SLOT_MISMATCH", c.write_kv, 0, bad, rows, rows)
+    assert all(torch.equal(a, b) for a, b in zip(before, c.kv_view(0, 0, 4)))

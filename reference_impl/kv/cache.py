@@ -492,7 +492,7 @@ class KVCache:
     @staticmethod
     @implements("KV-013")
     def _range(p0: int, p1: int) -> tuple[int, int]:
-        """Half-open [p0, p1) with negative bounds meaning 0 and +infinity."""
+        """Half-open [p0, p1) with negative bounds meaning 0 and INT32_MAX (itself excluded)."""
         return (0 if p0 < 0 else p0), (INT32_MAX if p1 < 0 else p1)
 
     def _lower_head(self, stream: int, emptied: list[int]) -> None:
@@ -673,14 +673,14 @@ class KVCache:
     def write_kv(self, layer: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the ubatch rows ``k``/``v`` (``[n_tokens, n_head_kv, head_dim]``) at the slot."""
         self._check_layer(layer)
+        if self._write_slot is not sinfo:  # checked and planned once per slot, for all layers
+            self._plan_writes(sinfo)
         n = sinfo.n_stream * sinfo.size
         want = (n, self.config.n_head_kv, self.config.head_dim)
         if k.shape != want or v.shape != want:
             raise KVCacheError(
                 "KV_SLOT_MISMATCH", f"K/V rows must have shape {want}", field="k", index=None
             )
-        if self._write_slot is not sinfo:  # planned once per slot, for all layers
-            self._plan_writes(sinfo)
         if self._write_dst is not None:  # one stream, consecutive cells: two slice copies
             k_dst, v_dst = self._write_dst[layer]
             k_dst.copy_(k)  # copy_ casts to the cache dtype
@@ -699,9 +699,31 @@ class KVCache:
 
     def _plan_writes(self, sinfo: SlotInfo) -> None:
         """Per stream group, the slot's cells as a slice (a run of consecutive cells, the
-        usual case) or an index tensor; for a single run, the destination views per layer."""
-        for st in sinfo.strm:
+        usual case) or an index tensor; for a single run, the destination views per layer.
+        A slot whose cells cannot take the rows (no group, a group count other than the stream
+        count, an empty group, groups of unequal size, a repeated cell, a cell outside the
+        stream) is refused before anything is written (KV-027)."""
+        if not sinfo.idxs or len(sinfo.idxs) != len(sinfo.strm):
+            raise KVCacheError(
+                "KV_SLOT_MISMATCH",
+                f"{len(sinfo.idxs)} cell groups for {len(sinfo.strm)} streams",
+                field="sinfo",
+            )
+        for g, (st, idx) in enumerate(zip(sinfo.strm, sinfo.idxs)):
             self._check_stream(st)
+            if (
+                not idx
+                or len(idx) != len(sinfo.idxs[0])
+                or len(set(idx)) != len(idx)
+                or min(idx) < 0
+                or max(idx) >= self.kv_size
+            ):
+                raise KVCacheError(
+                    "KV_SLOT_MISMATCH",
+                    f"group {g} is empty, of another size, repeats a cell or leaves the stream",
+                    field="sinfo",
+                    index=g,
+                )
         device = self.k[0].device if self.k else None
         self._write_idx = [
             slice(int(ix[0]), int(ix[-1]) + 1)
