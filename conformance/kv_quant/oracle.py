@@ -7,6 +7,8 @@ Nothing here imports ``kernels``: a defect there cannot leak into the oracle.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 NF4 = np.array(
@@ -36,20 +38,25 @@ FLOOR = np.float16(2.0**-14)
 
 
 def _round_half_away(y: np.ndarray) -> np.ndarray:
-    return (np.sign(y) * np.floor(np.abs(y) + np.float32(0.5))).astype(np.float32)
+    return np.sign(y) * np.floor(np.abs(y) + y.dtype.type(0.5))
 
 
-def quantize(x: np.ndarray, kind: str, qblock: int) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, scales) per the spec: q8_0 int8 codes; q4_0/nf4 packed uint8; fp16 scales."""
-    x = np.asarray(x, dtype=np.float32)
+def quantize(
+    x: np.ndarray, kind: str, qblock: int, compute: Any = np.float32
+) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, scales) per the spec: q8_0 int8 codes; q4_0/nf4 packed uint8; fp16 scales.
+
+    ``compute`` is the dtype x is converted to and the rule evaluated in: the spec's fp32, or
+    another (a test's check that its inputs tell the fp32 rule apart from that dtype's)."""
+    x = np.asarray(x, dtype=compute)
     dim = x.shape[-1]
     pad = -(-dim // qblock) * qblock
-    xp = np.zeros((*x.shape[:-1], pad), dtype=np.float32)
+    xp = np.zeros((*x.shape[:-1], pad), dtype=compute)
     xp[..., :dim] = x
     blocks = xp.reshape(*x.shape[:-1], pad // qblock, qblock)
     amax = np.abs(blocks).max(axis=-1)
-    scale = np.maximum((amax / np.float32(QMAX[kind])).astype(np.float32).astype(np.float16), FLOOR)
-    y = (blocks / scale.astype(np.float32)[..., None]).astype(np.float32)
+    scale = np.maximum((amax / x.dtype.type(QMAX[kind])).astype(np.float16), FLOOR)
+    y = (blocks / scale.astype(compute)[..., None]).astype(compute)
     if kind == "q8_0":
         codes = np.clip(_round_half_away(y), -127, 127).astype(np.int8).reshape(*x.shape[:-1], pad)
         return codes, scale

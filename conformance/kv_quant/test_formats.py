@@ -61,6 +61,52 @@ def test_codes_and_scales_match_the_spec(target: Any, impls: tuple[str, ...], ca
         np.testing.assert_array_equal(scales, want_scales, err_msg=f"{impl} {kind}@{qblock} scales")
 
 
+# fp16 values, block amax 100: x/Δ rounded to fp16 lands on a tie k + 1/2 or across an NF4
+# midpoint for some of them, so evaluating the rule in fp16 changes codes of every kind.
+_FP16_ROW = [100.0, 7.140625, 35.71875, 50.0, 78.5625, 92.875, 3.978515625, 29.203125]
+_FP16_ROW += [0.3935546875, 1.96875, 2.755859375, 3.54296875]
+
+
+def _off_fp32_input(dtype: str, kind: str) -> np.ndarray:
+    """A [2, dim] input of ``dtype`` whose codes (and, for fp64, scales) differ when the rule is
+    evaluated in that dtype instead of on the values converted to fp32."""
+    if dtype == "float16":
+        row = np.array(_FP16_ROW, dtype=np.float16)
+        return np.stack([np.concatenate([row, -row[1:]])] * 2)
+    qmax = oracle.QMAX[kind]
+    tiny = 2.0**-30  # under half an fp32 ulp of each value it is added to: converting drops it
+    if kind == "nf4":  # Δ = 1 and x/Δ just above a midpoint: fp32 makes it a tie (lower level)
+        ties = oracle.NF4_MID.astype(np.float64) + tiny
+    else:  # Δ = 1 and x/Δ just below k + 1/2: fp32 makes it a tie, rounded away to k + 1
+        ties = np.arange(0.0, qmax, max(1.0, qmax // 15)) + 0.5 - tiny
+    row0 = np.concatenate([[qmax], ties, -ties])
+    # amax/qmax just under the midpoint m of the fp16 scales 2^-7·(1 + 2^-10) (odd) and
+    # 2^-7·(1 + 2^-9) (even): fp32 makes amax/qmax exactly m, a tie rounded to the even scale.
+    amax = qmax * 2.0**-7 * (1.0 + 1.5 * 2.0**-10) - 2.0**-40
+    row1 = np.zeros_like(row0)
+    row1[:3] = [amax, -amax / 3.0, amax / 2.0]
+    return np.stack([row0, row1])
+
+
+@pytest.mark.invariant("QNT-001", "QNT-002", "QNT-003")
+@pytest.mark.parametrize("kind", qs.KINDS)
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_an_input_of_another_float_dtype_is_quantized_as_its_fp32_values(
+    target: Any, impls: tuple[str, ...], kind: str, dtype: str
+) -> None:
+    x = _off_fp32_input(dtype, kind)
+    want_codes, want_scales = oracle.quantize(x, kind, 32)  # converts x to fp32 first
+    in_dtype = oracle.quantize(x, kind, 32, compute=x.dtype.type)
+    assert not np.array_equal(in_dtype[0], want_codes), "the input must tell the two rules apart"
+    if dtype == "float64":
+        assert not np.array_equal(in_dtype[1], want_scales), "and, in fp64, their scales"
+    for impl in impls:
+        codes, scales = _quantize(target, x, kind, 32, impl)
+        _assert_codes_equal(codes, want_codes, f"{impl} {kind} from {dtype} codes")
+        assert scales.dtype == np.float16, f"{impl}: scales are {scales.dtype}, not fp16"
+        np.testing.assert_array_equal(scales, want_scales, err_msg=f"{impl} {kind} from {dtype}")
+
+
 @pytest.mark.invariant("QNT-002")
 def test_q4_0_packs_the_even_element_in_the_high_nibble(
     target: Any, impls: tuple[str, ...]
