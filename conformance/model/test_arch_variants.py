@@ -314,6 +314,13 @@ BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "GGUF_UNSUPPORTED_FEATURE",
         "rope_freqs.weight",
     ),
+    # gemma3 has no rope_freqs either (n_rot / 2 = 16 divisors for its 32-value heads)
+    "gemma3-rope-freqs": (
+        "gemma3",
+        {"override_tensors": {"rope_freqs.weight": np.ones(16, np.float32)}},
+        "GGUF_UNSUPPORTED_FEATURE",
+        "rope_freqs.weight",
+    ),
     "qwen2-v-bias-wrong-length": (
         "qwen2",
         {"override_tensors": {"blk.0.attn_v.bias": np.zeros(64, np.float32)}},

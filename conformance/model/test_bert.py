@@ -173,6 +173,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # optional tensors: no token-type table, no Q/K/V/O/FFN biases
     "no-token-types": {"omit_tensors": ["token_types.weight"]},
     "no-biases": {"omit_tensors": NO_BIASES},
+    # a one-row token-type table (token_type_count 1, as in RoBERTa-style files): the fixture's
+    # second row, so the embeddings differ from the fixture's (which adds its row 0)
+    "one-token-type": {
+        "override_keys": {"tokenizer.ggml.token_type_count": 1},
+        "override_tensors": {
+            "token_types.weight": bert_tensor_values(
+                CFG, "token_types.weight", (CFG.n_token_types, CFG.n_embd)
+            )[1:]
+        },
+    },
     "eps-0.5": {"override_keys": {KEY + "attention.layer_norm_epsilon": 0.5}},
     # head_count_kv < head_count: K and V are narrower than Q, and so are their missing biases
     "gqa-no-biases": {
