@@ -412,6 +412,22 @@ def test_xtc_disabled_forms(target: Any, p: float, t: float) -> None:
 
 @pytest.mark.invariant("SMP-081")
 @pytest.mark.requires(*XTC_CAPS)
+@pytest.mark.parametrize(
+    ("t", "kept"),
+    [(0.5, 1), (float(np.nextafter(F32(0.5), F32(1.0))), 2)],
+    ids=["half-is-active", "above-half-is-empty"],
+)
+def test_xtc_threshold_of_one_half_is_still_active(target: Any, t: float, kept: int) -> None:
+    # two equal logits: p = 0.5 each, exactly; t = 0.5 keeps XTC (disabled only for t > 0.5),
+    # both rows are >= t, so the first is dropped and the last one stays
+    cur = candidates(np.zeros(2, F32))
+    out = after_history(target, [xtc_entry(1.0, t)], [], cur)
+    assert out.size == kept, describe(out)
+    assert out.ids.tolist() == [0, 1][2 - kept :], describe(out)
+
+
+@pytest.mark.invariant("SMP-081")
+@pytest.mark.requires(*XTC_CAPS)
 def test_xtc_with_p_zero_ignores_a_draw_of_zero(target: Any) -> None:
     # mt19937(500964)'s 5519th output is 0, the only draw that is <= 0: with the smallest
     # positive p XTC cuts at that apply alone, and with p = 0 (the empty sampler) never

@@ -278,6 +278,21 @@ def test_adaptive_p_keeps_masked_rows_and_negative_target_samples_plainly(target
 
 @pytest.mark.invariant("SMP-083")
 @pytest.mark.requires(*ADAPTIVE_CAPS)
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]], ids=["rising", "shuffled"])
+def test_adaptive_p_keeps_the_array_order(target: Any, order: list[int]) -> None:
+    # p ~ 0.09, 0.24, 0.67 for logits 0, 1, 2: with the adapted target 0.5 the shaped logits
+    # rise with p, so they are not descending in the array's order; neither softmax sorts
+    cur = candidates(np.array([0.0, 1.0, 2.0], F32)).take(np.array(order), sorted=False)
+    with chain_of(target, [["adaptive_p", {"target": 0.5, "decay": 0.9, "seed": 1}]]) as h:
+        out = target.sampler_apply(h, cur)
+    assert out.ids.tolist() == order and not out.sorted, describe(out)
+    by_id = dict(zip(out.ids.tolist(), out.logits.tolist(), strict=True))
+    assert by_id[0] < by_id[1] < by_id[2] < 5.0, describe(out)
+    assert 0 <= out.selected < 3 and abs(float(np.sum(out.p)) - 1.0) < 1e-6
+
+
+@pytest.mark.invariant("SMP-083")
+@pytest.mark.requires(*ADAPTIVE_CAPS)
 @pytest.mark.parametrize(("decay", "same_as"), [(-1.0, 0.0), (5.0, 0.99)])
 @given(seed=seeds(), cur=token_arrays(2, 30, max_scale=2.0))
 def test_adaptive_p_decay_is_clamped(

@@ -254,6 +254,24 @@ def test_top_p_running_sum_equal_to_p_is_enough(target: Any, n: int, p: float, k
     assert apply_once(target, [["top_p", {"p": p}]], cur).size == kept
 
 
+@pytest.mark.invariant("SMP-031")
+@pytest.mark.requires("sampling.chain", "sampling.top_p")
+@pytest.mark.parametrize("shift", [80.0, -80.0, 1000.0])
+def test_top_p_softmax_is_taken_relative_to_the_max(target: Any, shift: float) -> None:
+    # expf(l - max): shifting every logit by a whole number leaves each l - max exact, so p
+    # is bit-identical to the unshifted row's, however large the logits (expf(80 + 80)
+    # overflows, expf(-80 - 80) underflows: a softmax not relative to the max gives NaN)
+    logits = np.array([-1.5, 2.0, 0.0, 1.0, -4.0], F32)
+    ids = np.arange(5, dtype=np.int32)
+    base = apply_once(
+        target, [["top_p", {"p": 0.9}]], TokenDataArray(ids, logits, np.zeros(5, F32))
+    )
+    moved = TokenDataArray(ids, logits + F32(shift), np.zeros(5, F32))
+    out = apply_once(target, [["top_p", {"p": 0.9}]], moved)
+    assert base.ids.tolist() == [1, 3, 2] and np.all(np.isfinite(out.p)), describe(out)
+    assert out.ids.tolist() == base.ids.tolist() and np.array_equal(out.p, base.p), describe(out)
+
+
 def _min_p_case(cur: TokenDataArray, p: float) -> np.ndarray:
     threshold = float(np.max(cur.logits)) + math.log(float(F32(p)))
     assume(np.min(np.abs(cur.logits.astype(np.float64) - threshold)) > 1e-4)
