@@ -210,6 +210,45 @@ def test_batch_context_walk(target: Any) -> None:
     assert full.get_status() == SUCCESS and full.n_kv == 300
 
 
+@pytest.mark.invariant("MEM-009")
+@pytest.mark.requires(*NEEDS)
+@pytest.mark.parametrize(
+    ("kind", "config", "n_seq_max", "fill", "overflow"),
+    [
+        ("kv", {"kv_size": 16}, 1, [[0]] * 16, [[0]]),
+        ("iswa", {"kv_size": 16, "n_swa": 4, "swa_type": 1}, 1, [[0]] * 16, [[0]]),
+        ("recurrent", {}, 2, [[0], [1]], [[0, 1], [0]]),  # a coupled token: no split places it
+        ("hybrid", {"kv_size": 16}, 1, [[0]] * 16, [[0]]),
+    ],
+    ids=["kv", "iswa", "recurrent", "hybrid"],
+)
+def test_context_without_success_has_no_ubatches(
+    target: Any,
+    kind: str,
+    config: dict[str, Any],
+    n_seq_max: int,
+    fill: list[list[int]],
+    overflow: list[list[int]],
+) -> None:
+    """A failed init_batch context and a NO_UPDATE init_update context have no ubatches to
+    walk: asking for the current ubatch or the next one is refused, and the memory keeps what
+    it holds (llama.cpp asserts a SUCCESS status in every context's next and get_ubatch)."""
+    mem = target.new_memory(kind, n_seq_max=n_seq_max, **config)
+    decode(target, mem, fill, n_seq_max, 8)
+    seqs = sorted({s for ids in fill for s in ids})
+    held = [(mem.seq_pos_min(s), mem.seq_pos_max(s)) for s in seqs]
+    failed = mem.init_batch(splitter(target, mem, overflow, n_seq_max=n_seq_max), 8, False)
+    assert failed.get_status() == FAILED_PREPARE
+    no_update = mem.init_update(False)
+    assert no_update.get_status() == NO_UPDATE
+    for ctx, what in ((failed, "failed init_batch"), (no_update, "NO_UPDATE init_update")):
+        with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+            ctx.next()
+        with pytest.raises(Exception):  # noqa: B017 -- any engine-specific error counts here
+            ctx.get_ubatch()
+        assert [(mem.seq_pos_min(s), mem.seq_pos_max(s)) for s in seqs] == held, what
+
+
 # -------------------------------------------------------------------------------- recurrent
 
 
@@ -544,17 +583,23 @@ def test_recurrent_seq_cp_shares_the_source_cell(target: Any) -> None:
     assert [c[2] for c in rec.state().cells] == [0, -1, -1]  # seq 1 has no index, as seq 2
 
 
-@pytest.mark.invariant("MEM-019")
+@pytest.mark.invariant("MEM-019", "MEM-012")
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_cp_out_of_range_does_nothing(target: Any) -> None:
     """Ids are checked against the cell count (here 2): one past the last cell or -1, as
-    source or destination, and the copy is a no-op that raises nothing."""
+    source or destination, and the copy is a no-op that raises nothing. A memory for one
+    sequence has max(1, 1) = 1 cell, so a copy to seq 1 is out of range there too."""
     rec = target.new_memory("recurrent", n_seq_max=2)
     decode(target, rec, [[0], [0], [1]], 2, 8)
     with unchanged(rec.state, "recurrent memory after seq_cp with an id outside [0, 2)"):
         for src, dst in ((0, 2), (2, 0), (1, -1), (-1, 1)):
             rec.seq_cp(src, dst)
     assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(1, 1), (0, 0)]
+    one = target.new_memory("recurrent", n_seq_max=1)
+    decode(target, one, [[0], [0]], 1, 8)
+    with unchanged(one.state, "one-cell recurrent memory after seq_cp(0, 1)"):
+        one.seq_cp(0, 1)
+    assert [(one.seq_pos_min(s), one.seq_pos_max(s)) for s in range(2)] == [(1, 1), (-1, -1)]
 
 
 # -------------------------------------------------------------------------------- recurrent frees

@@ -200,6 +200,33 @@ def test_recurrent_seq_add_and_div_move_the_state_in_range(target: Any) -> None:
     assert positions(rec, 3) == [(5, 5), (0, 0), (5, 5)]
 
 
+@pytest.mark.invariant("MEM-025", "MEM-013")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_open_ranges_end_before_the_largest_position(target: Any) -> None:
+    """A negative ``p1`` reads as llama_pos's maximum 2**31 - 1, itself excluded (as KV-013):
+    seq 1's state moved to 2**31 - 1 is in no range, so seq_add, seq_div and seq_rm with open
+    ranges leave it (seq_rm still returns true), while seq 0's state at 2**31 - 2 is in
+    range."""
+    top = 2**31 - 1
+    rec = target.new_memory("recurrent", n_seq_max=2, n_rs_seq=2)
+    decode(target, rec, [[0], [1]], 2, 8)  # both states at position 0
+    rec.seq_add(0, -1, -1, top - 1)
+    rec.seq_add(1, -1, -1, top - 1)
+    rec.seq_add(1, -1, -1, 1)  # top - 1 is in range: seq 1 reaches the top
+    assert positions(rec, 2) == [(top - 1, top - 1), (top, top)]
+    with unchanged(rec.state, "recurrent memory after open ranges over a state at 2**31 - 1"):
+        rec.seq_add(1, -1, -1, -5)
+        rec.seq_add(1, top - 3, -1, -5)
+        rec.seq_div(1, -1, -1, 2)
+        assert rec.seq_rm(1, top - 1, -1) is True  # no rollback: the range ends before it
+        assert rec.seq_rm(1, -1, -1) is True  # nothing removed
+    assert positions(rec, 2) == [(top - 1, top - 1), (top, top)]
+    rec.seq_div(0, -1, -1, 2)
+    assert positions(rec, 2) == [((top - 1) // 2, (top - 1) // 2), (top, top)]
+    assert rec.seq_rm(0, -1, -1) is True
+    assert positions(rec, 2) == [(-1, -1), (top, top)]
+
+
 @pytest.mark.invariant("MEM-025")
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_seq_div_refuses_a_divisor_below_one(target: Any) -> None:
