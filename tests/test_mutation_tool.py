@@ -76,6 +76,19 @@ def test_ids_survive_removing_a_like_site(tmp_path: Path) -> None:
     assert len(twins) == 7 and len({s.id for s in twins}) == 7, "alike statements still count"
 
 
+def test_no_mutants_in_protocol_stubs(tmp_path: Path) -> None:
+    """A method whose body is ``...`` (a typing.Protocol's) never runs: its defaults and body
+    plant nothing, while a real method of the same class still does."""
+    text = (
+        "from typing import Protocol\n\n"
+        "class P(Protocol):\n"
+        '    def f(self, n: int = 0) -> int:\n        """Doc."""\n        ...\n\n'
+        "    def g(self, n: int = 0) -> int:\n        return n + 1\n"
+    )
+    sites = _sites_of_text(tmp_path, text)
+    assert {s.function for s in sites} == {"P.g"}, [s.describe() for s in sites]
+
+
 def test_mutate_plants_exactly_the_site() -> None:
     site = next(s for s in sites_of(CHUNKS) if s.function == "best_last" and s.kind == "return")
     tree = mutate(CHUNKS, site.index)

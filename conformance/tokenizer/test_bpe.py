@@ -126,6 +126,7 @@ WORDS = [
     # whitespace runs in power-of-two pieces before the last space
     ("jais-2", "a       b", ["a", "    ", "  ", " b"]),
     ("jais-2", "a" + " " * 200 + "b", ["a", " " * 128, " " * 64, "    ", "  ", " ", " b"]),
+    ("jais-2", "a" + " " * 20 + "b", ["a", " " * 16, "  ", " ", " b"]),  # a 16-space piece
     # marks join letters, one ASCII punctuation mark may lead an ASCII word, kana/Han split off
     (
         "deepseek-v3",

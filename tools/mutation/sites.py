@@ -136,6 +136,18 @@ def _is_triton_jit(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any("jit" in ast.unparse(d) for d in fn.decorator_list)
 
 
+def _is_stub(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A body of ``...`` alone (after a docstring): a typing.Protocol method, which never runs,
+    so neither its defaults nor its body are code a test could reach."""
+    body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and body[0].value.value is Ellipsis
+    )
+
+
 def _is_type_checking(node: ast.If) -> bool:
     return ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
 
@@ -184,7 +196,7 @@ class _Walker:
     def stmt(self, stmts: list[ast.stmt], i: int) -> None:
         st = stmts[i]
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
-            if _is_triton_jit(st):
+            if _is_triton_jit(st) or _is_stub(st):
                 return
             self.scope.append(st.name)
             self.kinds.append("def")
