@@ -101,6 +101,9 @@ def test_shape_errors(target: Any, case_code: tuple[BatchCase, str]) -> None:
     [
         ({"token": np.array([1.0, 2.0])}, "token"),
         ({"token": np.array([[1, 2]], np.int32)}, "token"),
+        ({"token": np.array(1, np.int32)}, "token"),  # rank 0: no length to read
+        ({"embd": np.zeros(2, np.float32)}, "embd"),
+        ({"embd": np.array(1.0, np.float32)}, "embd"),
         ({"token": np.array([1, 2], np.int32), "embd": np.zeros((3, 2), np.float32)}, "embd"),
         ({"embd": np.zeros((2, 0), np.float32)}, "embd"),
         ({"token": np.array([1, 2], np.int32), "pos": np.array([[0, 1]], np.int32)}, "pos"),
