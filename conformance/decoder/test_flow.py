@@ -35,7 +35,7 @@ def observed(ctx: Any, target: Any, logits: Callable[[], Any]) -> dict[str, Any]
 
 
 @pytest.mark.requires("decoder.memory_ops")
-@pytest.mark.uses("decoder.introspection")
+@pytest.mark.uses("decoder.introspection", "decoder.errors")
 @pytest.mark.invariant("DEC-015")
 def test_empty_batch_is_invalid_and_changes_nothing(
     new_ctx: Callable[..., Any], target: Any
@@ -44,6 +44,8 @@ def test_empty_batch_is_invalid_and_changes_nothing(
     assert ctx.decode(batch(prompt(5), all_out=True)) == 0
     with unchanged(lambda: observed(ctx, target, ctx.get_logits), "the context"):
         assert ctx.decode(Batch.from_lists([])) == -1
+    if target.has("decoder.errors"):  # refused before the sanitizer, with its own code
+        assert_code(ctx.last_error, "DEC_EMPTY_BATCH", field="n_tokens")
 
 
 INVALID_BATCHES = {
@@ -384,6 +386,9 @@ def test_trace_follows_the_seven_steps(new_ctx: Callable[..., Any]) -> None:
     # a failing step ends the trace with one error record
     assert ctx.decode(batch([-5])) == -1
     assert ctx.trace.kinds(1) == ["error"]
+    # records are numbered in order across the context's calls, each naming its call
+    assert [e.seq_no for e in ctx.trace.events] == list(range(len(ctx.trace.events)))
+    assert [e.call for e in ctx.trace.events] == [0] * len(kinds) + [1]
     # the trace is kept only when asked for: by default a context records no event
     quiet = new_ctx(n_batch=32, n_ubatch=4)
     assert quiet.decode(batch(prompt(6))) == 0

@@ -47,13 +47,20 @@ def test_reservation_rows_and_growth(new_ctx: Callable[..., Any]) -> None:
     ctx = new_ctx(n_batch=64, n_seq_max=4, kv_unified=True, embeddings=True, trace=True)
     out = ctx.outputs
     assert out.capacity == 4  # a new context holds n_seq_max rows
+    held = (out.logits, out.embd, out.sampled)
     assert ctx.decode(batch(prompt(2))) == 0
     assert out.capacity == 4
     assert out.logits.shape == (4, 508) and out.embd is not None and out.embd.shape == (4, 64)
+    # exactly the rows it holds (max(2, n_seq_max) == 4): the same buffers, nothing reallocated
+    assert all(a is b for a, b in zip((out.logits, out.embd, out.sampled), held))
     assert ctx.decode(batch(prompt(10), seqs=[[1]] * 10)) == 0
     assert out.capacity == 10
+    held = (out.logits, out.embd, out.sampled)
     assert ctx.decode(batch(prompt(3), seqs=[[2]] * 3)) == 0
     assert out.capacity == 10  # never shrinks
+    assert all(a is b for a, b in zip((out.logits, out.embd, out.sampled), held))
+    # nor cleared: rows 3.. past this decode's 3 outputs still hold the 10-token decode's rows
+    assert out.logits[3:].any(axis=1).all() and out.embd[3:].any(axis=1).all()
     # each decode's reservation step reports the rows it provides
     reserved = [e.data["rows"] for e in ctx.trace.events if e.kind == "output_reserve"]
     assert reserved == [4, 10, 10]
