@@ -27,9 +27,8 @@ class DecodeTrace:
     calls: int = 0
     _next: int = 0
 
-    def begin_call(self) -> int:
-        self.calls += 1
-        return self.calls - 1
+    def begin_call(self) -> None:
+        self.calls += 1  # the events added from here on carry call index calls - 1
 
     def add(self, kind: str, **data: Any) -> None:
         if not self.enabled:
