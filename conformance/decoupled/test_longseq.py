@@ -135,8 +135,17 @@ def test_drift_is_within_bounds_with_the_bottom_right_mask_only(
     # the reported max-abs is the model's: approximation against exact on the same tokens
     model = target.load_decoupled_model(str(path))
     toks = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(0))
-    diff = float((model.logits(toks) - model.approx_logits(toks)).abs().max())
+    exact, approx = model.logits(toks), model.approx_logits(toks)
+    diff = float((exact - approx).abs().max())
     assert abs(diff - max_abs) <= 1e-6 + 1e-4 * diff, (diff, max_abs)
+
+    def nll(logits: torch.Tensor) -> float:  # next-token NLL, mean over rows and positions
+        lp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
+        return float(-lp.gather(-1, toks[:, 1:, None]).mean())
+
+    printed = [float(x) for x in good["NLL exact / approx"].split(" / ")]
+    want = [nll(exact), nll(approx)]
+    assert all(abs(p - w) <= 2e-6 + 1e-5 * abs(w) for p, w in zip(printed, want)), (printed, want)
 
 
 @pytest.mark.invariant("DBA-009")
