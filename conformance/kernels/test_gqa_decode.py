@@ -205,7 +205,7 @@ def _bad(target: Any, code: str, **kw: Any) -> None:
     }
     args.update(kw)
     with raises_code(code, exc=EngineError):
-        target.gqa_decode(*args.values())
+        target.gqa_decode(**args)
 
 
 @pytest.mark.invariant("KRN-006")
@@ -218,6 +218,31 @@ def test_invalid_inputs_raise(target: Any) -> None:
     _bad(target, "KRN_BAD_PATH", path="3pass")
     _bad(target, "KRN_BAD_PARTITION", partition_size=40)
     _bad(target, "KRN_BAD_PARTITION", partition_size=0)
+    for block_n in (0, -2, 3, 48, 2048):  # keys per tile: a power of two from 1 to 1024
+        _bad(target, "KRN_BAD_PARTITION", block_n=block_n, partition_size=4096)
+
+
+@pytest.mark.invariant("KRN-006", "KRN-001")
+@pytest.mark.parametrize("block_n", [1, 2, 1024])
+def test_every_power_of_two_block_n_up_to_1024_runs(target: Any, block_n: int) -> None:
+    """block_n 1 (2^0) and 1024 are tile sizes like any other: accepted, same attention."""
+    inp = _cases.build_gqa(_cases.GqaCase(n_kv=25))
+    scale = 1.0 / math.sqrt(inp.q.shape[-1])
+    from conformance.kernels import _oracle
+
+    want = _oracle.gqa(
+        inp.q.double().cpu().numpy(),
+        inp.k.double().cpu().numpy(),
+        inp.v.double().cpu().numpy(),
+        inp.mask.cpu().numpy(),
+        scale,
+    )
+    for path in _paths(target):
+        out, record = target.gqa_decode(
+            inp.q, inp.k, inp.v, inp.mask, scale, REQUEST[path], max(block_n, 8), block_n=block_n
+        )
+        assert record.path == path
+        _tolerance.assert_within(out, want, path)
 
 
 @pytest.mark.invariant("KRN-001")

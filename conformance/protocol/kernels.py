@@ -27,7 +27,12 @@ class GqaDecode(Protocol):
         path: str = "auto",
         partition_size: int | None = None,
         two_pass_min_tokens: int | None = None,
-    ) -> tuple[torch.Tensor, Any]: ...
+        block_n: int | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """Attention of each query row over the keys its mask row admits. ``partition_size``,
+        ``two_pass_min_tokens`` and ``block_n`` (keys per tile) override the dispatch
+        defaults; ``None`` keeps them."""
+        ...
 
 
 class DecoupledDecode(Protocol):

@@ -34,6 +34,7 @@ class Reference:
         path: str = "auto",
         partition_size: int | None = None,
         two_pass_min_tokens: int | None = None,
+        block_n: int | None = None,
     ) -> tuple[torch.Tensor, Any]:
         from kernels import decode_attention
 
@@ -46,6 +47,7 @@ class Reference:
             scale,
             path=path,
             partition_size=partition_size,
+            block_n=block_n,
             config=_config(two_pass_min_tokens),
             trace=trace,
         )
