@@ -60,7 +60,8 @@ def test_head_heuristic(target: Any) -> None:
 def test_find_slot_contiguous_wraps_from_a_head_at_the_end(target: Any) -> None:
     """A full cache (head 8 = kv_size) whose window frees cells 1..4: the first window passes the
     end and restarts at 0, and the cells skipped from the head to the end count as tested (none
-    here), so after cell 0 (two sequences: not usable) fails, window 1..3 is still tried."""
+    here), so after cell 0 (two sequences: not usable) fails, window 1..3 is still tried.
+    With cell 0 usable as well, the restarted window starting at cell 0 is the one found."""
     c = target.new_kv_cache(kv_size=8, n_seq_max=2, unified=True, n_swa=4, swa_type=1)
     place(c, ubatch_from_lists(list(range(8)), [[0, 1]] + [[0]] * 7))  # cells 0..7, head 8
     assert stream(c).head == 8
@@ -68,6 +69,12 @@ def test_find_slot_contiguous_wraps_from_a_head_at_the_end(target: Any) -> None:
     assert list(c.find_slot(run_of(0, 8, 3), True).idxs[0]) == [1, 2, 3]
     assert list(c.find_slot(run_of(0, 8, 4), True).idxs[0]) == [1, 2, 3, 4]
     assert c.find_slot(run_of(0, 8, 5), True) is None
+    d = target.new_kv_cache(kv_size=8, n_swa=4, swa_type=1)
+    place_run(d, 0, 0, 8)  # one sequence: cells 0..4 are usable for position 8, head 8
+    assert stream(d).head == 8
+    assert list(d.find_slot(run_of(0, 8, 3), True).idxs[0]) == [0, 1, 2]
+    assert list(d.find_slot(run_of(0, 8, 5), True).idxs[0]) == [0, 1, 2, 3, 4]
+    assert d.find_slot(run_of(0, 8, 6), True) is None
 
 
 @pytest.mark.invariant("KV-007")
