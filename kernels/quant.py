@@ -171,7 +171,7 @@ def block_scales(blocks: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @implements("QNT-001", "QNT-002", "QNT-003", "QNT-008", "QNT-020")
-def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> QuantizedTensor:
+def quantize(x: torch.Tensor, kind: str, qblock: int) -> QuantizedTensor:
     """Quantize ``x`` (float, ``[..., dim]``) along its last dimension; see the module doc."""
     check_format(kind, qblock)
     if not x.dtype.is_floating_point:

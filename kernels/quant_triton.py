@@ -248,7 +248,7 @@ def _np2(n: int) -> int:
 
 
 @implements("QNT-001", "QNT-002", "QNT-003", "QNT-008", "QNT-020")
-def quantize(x: torch.Tensor, kind: str, qblock: int = 32) -> quant.QuantizedTensor:
+def quantize(x: torch.Tensor, kind: str, qblock: int) -> quant.QuantizedTensor:
     """Triton twin of :func:`kernels.quant.quantize` (qblock must be a power of two)."""
     quant.check_format(kind, qblock)
     if qblock & (qblock - 1) or qblock < 2:
