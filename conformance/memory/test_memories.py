@@ -282,6 +282,22 @@ def test_recurrent_ubatch_cells_follow_ubatch_order(target: Any) -> None:
     assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(3, 3), (2, 2)]
 
 
+@pytest.mark.invariant("MEM-012", "MEM-019")
+@pytest.mark.requires(*NEEDS)
+def test_recurrent_sequence_leaves_a_shared_cell_zero(target: Any) -> None:
+    """seq 1 shares seq 0's state in cell 0 (seq_cp); a ubatch of seq 1 alone gives it a cell
+    of its own (cell 1) and takes it out of cell 0, which keeps seq 0 at its position: cell 0
+    is a tail like any other, so seq 1 has one position, not one in each cell."""
+    rec = target.new_memory("recurrent", n_seq_max=2)
+    decode(target, rec, [[0]], 2, 8)  # seq 0 -> cell 0, position 0
+    rec.seq_cp(0, 1)
+    assert [c[3] for c in rec.state().cells] == [(0, 1), ()]
+    decode(target, rec, [[1]], 2, 8)  # seq 1 at position 1
+    assert [(c[0], c[3]) for c in rec.state().cells] == [(0, (0,)), (1, (1,))]
+    assert [(rec.seq_pos_min(s), rec.seq_pos_max(s)) for s in range(2)] == [(0, 0), (1, 1)]
+    assert rec.state().used == 2
+
+
 @pytest.mark.invariant("MEM-012")
 @pytest.mark.requires(*NEEDS)
 def test_recurrent_gather_keeps_the_displaced_state(target: Any) -> None:
