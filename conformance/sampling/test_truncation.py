@@ -227,6 +227,34 @@ def test_top_k_cut_through_equal_logits_keeps_k_rows(
     assert np.array_equal(cur.p[out.ids], out.p)
 
 
+@pytest.mark.invariant("SMP-030", "SMP-045")
+@pytest.mark.requires("sampling.chain", "sampling.top_k", "sampling.logit_bias")
+@pytest.mark.parametrize(("n", "extra"), [(5000, 0), (5000, 1000), (6000, 0)])
+@pytest.mark.parametrize("source", [np.inf, -np.inf])
+def test_top_k_over_every_row_keeps_a_nan_logit(
+    target: Any, n: int, extra: int, source: float
+) -> None:
+    # logit-bias adding the opposite infinity to an infinite logit makes a NaN inside the
+    # chain (input NaN is refused, SMP-003); top-k with k >= n over more rows than an engine
+    # sorts in full still keeps all n rows, the NaN included (a partial selection keyed on
+    # the n-th largest logit may find none), and the other rows in descending order
+    rng = np.random.default_rng(n + extra)
+    logits = rng.uniform(-8.0, 8.0, n).astype(F32)
+    hole = int(rng.integers(n))
+    logits[hole] = F32(source)
+    cur = TokenDataArray(np.arange(n, dtype=np.int32), logits, rng.random(n).astype(F32), -1, False)
+    spec = [["logit_bias", {"biases": [[hole, -source]]}], ["top_k", {"k": n + extra}]]
+    out = apply_once(target, spec, cur)
+    assert out.size == n and out.sorted is True, describe(out)
+    assert np.array_equal(np.sort(out.ids), cur.ids), "rows lost or kept twice"
+    nan = np.isnan(out.logits)
+    assert out.ids[nan].tolist() == [hole], describe(out)
+    finite = out.logits[~nan]
+    assert np.all(finite[:-1] >= finite[1:]), describe(out)
+    assert np.array_equal(cur.logits[out.ids[~nan]], finite)
+    assert np.array_equal(cur.p[out.ids], out.p)
+
+
 @pytest.mark.invariant("SMP-031")
 @pytest.mark.requires("sampling.chain", "sampling.top_p")
 @given(cur=token_arrays(1, 300), p=st.floats(0.0, 0.99), min_keep=st.integers(0, 5))
