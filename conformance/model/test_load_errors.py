@@ -249,6 +249,28 @@ CASES = [
         "blk.0.extra.weight",
         _variant(override_tensors={"blk.0.extra.weight": np.zeros((CFG.n_embd,), np.float32)}),
     ),
+    # a mixture-of-experts tensor (no expert_count key): the feature is unsupported, whatever
+    # follows the tensor's kind in its name, no suffix at all included
+    Case(
+        "moe-router-tensor",
+        "GGUF-015",
+        "GGUF_UNSUPPORTED_FEATURE",
+        "blk.0.ffn_gate_inp.weight",
+        _variant(
+            override_tensors={"blk.0.ffn_gate_inp.weight": np.zeros((4, CFG.n_embd), np.float32)}
+        ),
+    ),
+    Case(
+        "moe-experts-tensor-without-suffix",
+        "GGUF-015",
+        "GGUF_UNSUPPORTED_FEATURE",
+        "blk.1.ffn_gate_exps",
+        _variant(
+            override_tensors={
+                "blk.1.ffn_gate_exps": np.zeros((2, CFG.n_ff, CFG.n_embd), np.float32)
+            }
+        ),
+    ),
     Case(
         "unknown-tokenizer",
         "GGUF-016",

@@ -149,6 +149,27 @@ def test_a_name_the_file_does_not_store_is_a_key_error(
             target.model_tensor(handle, name)
 
 
+@pytest.mark.invariant("GGUF-004")
+@pytest.mark.requires("model.weights")
+def test_fused_qkv_file_stores_no_separate_q_k_v(
+    target: Any, load: Callable[[str], Any], gguf_path: Callable[[str], Path]
+) -> None:
+    """llama_qkv stores each layer's Q, K and V as one attn_qkv weight (and bias): the separate
+    names, which the engine may split the rows into, are not tensors of the file."""
+    stored = _reader_tensors(gguf_path("llama_qkv"))
+    layers = sorted({int(n.split(".")[1]) for n in stored if n.startswith("blk.")})
+    assert layers == [0, 1]
+    handle = load("llama_qkv")
+    for il in layers:
+        assert f"blk.{il}.attn_qkv.weight" in stored
+        for m in ("attn_q", "attn_k", "attn_v"):
+            for kind in ("weight", "bias"):
+                name = f"blk.{il}.{m}.{kind}"
+                assert name not in stored
+                with pytest.raises(KeyError):
+                    target.model_tensor(handle, name)
+
+
 @pytest.mark.invariant("GGUF-005")
 @pytest.mark.requires("model.weights")
 def test_output_tied_to_token_embd_when_absent(

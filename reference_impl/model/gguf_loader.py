@@ -189,17 +189,10 @@ class ModelWeights:
         for a name the file does not store."""
         if name == "token_embd.weight":
             return self.token_embd
-        if name == "output_norm.weight" and self.output_norm.numel():  # bert stores none
-            return self.output_norm
         if name == "output.weight":
             return self.output_weight
-        parts = name.split(".")
-        if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight":
-            il = int(parts[1])
-            attr = _LAYER_TENSORS.get(parts[2])
-            if attr is not None and 0 <= il < len(self.layers):
-                t: torch.Tensor = getattr(self.layers[il], attr)
-                return t
+        # only stored tensors: a fused attn_qkv file stores no attn_q/attn_k/attn_v weight, so
+        # the rows split off it for a layer record are not read back under those names
         if name in self.tensors:
             return self.tensors[name]
         raise KeyError(name)
