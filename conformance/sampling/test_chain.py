@@ -171,6 +171,8 @@ DISABLED: list[tuple[str, Any]] = [
     ("top_p-above", ["top_p", {"p": 1.5}]),
     ("min_p-0", ["min_p", {"p": 0.0, "min_keep": 1}]),
     ("min_p-neg", ["min_p", {"p": -0.2}]),
+    # min_keep above every drawn size: a min-p pass run anyway would sort an unsorted array
+    ("min_p-0-keep", ["min_p", {"p": 0.0, "min_keep": 64}]),
     ("typical-1", ["typical", {"p": 1.0}]),
     ("temp-1", ["temp", {"t": 1.0}]),
     ("temp_ext-1", ["temp_ext", {"t": 1.0, "delta": 0.0, "exponent": 2.0}]),
