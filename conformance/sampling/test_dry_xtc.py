@@ -327,6 +327,26 @@ def test_dry_breaker_strings_over_token_histories_golden(
     assert got == snapshot
 
 
+@pytest.mark.invariant("SMP-087", "SMP-080")
+@pytest.mark.requires(*STRINGS_CAPS)
+def test_dry_breaker_string_is_cut_at_exactly_40_bytes(target: Any) -> None:
+    """A 41-byte breaker acts as its first 40 bytes: head "x" (id 284), tail the tokens of
+    "generation generation generation genera" (ending in "a"; the 41st byte would make the
+    last tail token "at"), in a history [c, x, *tail, q, z, c, x, *tail, q]."""
+    vocab = fixture_vocab(target)
+    s = "xgeneration generation generation generat"
+    assert len(s.encode()) == 41
+    tail = target.tokenize(vocab, s[1:40], add_special=False)
+    assert len(tail) < 20 and target.tokenize(vocab, s[1:], add_special=False)[:20] != tail
+    history = [263, 284, *tail, 277, 286, 263, 284, *tail, 277]
+    for allowed in (0, 1):
+        plain = dry_after_tokens(target, vocab, [], history, allowed)
+        cut = dry_after_tokens(target, vocab, [s[:40]], history, allowed)
+        long = dry_after_tokens(target, vocab, [s], history, allowed)
+        assert not np.array_equal(cut.logits, plain.logits), describe(cut)  # it breaks
+        assert np.array_equal(long.logits, cut.logits), f"{describe(long)}\n{describe(cut)}"
+
+
 @pytest.mark.invariant("SMP-087")
 @pytest.mark.requires(*STRINGS_CAPS)
 def test_dry_breaker_string_caps_and_is_spared(target: Any) -> None:
