@@ -99,6 +99,16 @@ class SlotInfo:
         return [(st, c) for st, idx in zip(self.strm, self.idxs) for c in idx]
 
 
+def _group_fault(idx: tuple[int, ...], size: int, n_cells: int) -> str | None:
+    """Why slot group ``idx`` cannot hold ``size`` rows of a stream of ``n_cells`` cells (as
+    "repeated cells or a wrong size" / "a cell outside the stream"), or None; ``size`` >= 1."""
+    if len(idx) != size or len(set(idx)) != size:
+        return "repeated cells or a wrong size"
+    if min(idx) < 0 or max(idx) >= n_cells:
+        return "a cell outside the stream"
+    return None
+
+
 @dataclass(frozen=True)
 class StreamState:
     """A comparable snapshot of one stream (tests and adapters)."""
@@ -413,12 +423,9 @@ class KVCache:
                     )
             cells = self.cells[st]
             idx = sinfo.idxs[g]
-            if len(idx) != sinfo.size or len(set(idx)) != sinfo.size:
-                raise KVCacheError(
-                    "KV_SLOT_MISMATCH", f"group {g} has repeated cells or a wrong size"
-                )
-            if min(idx) < 0 or max(idx) >= cells.size():
-                raise KVCacheError("KV_SLOT_MISMATCH", f"group {g} has a cell outside the stream")
+            why = _group_fault(idx, sinfo.size, cells.size())
+            if why is not None:
+                raise KVCacheError("KV_SLOT_MISMATCH", f"group {g} has {why}")
             arr = np.asarray(idx)
             for j in np.flatnonzero(cells.pos[arr] != POS_NONE).tolist():
                 if cells.seq_count(idx[j]) != 1:
@@ -703,27 +710,17 @@ class KVCache:
         A slot whose cells cannot take the rows (no group, a group count other than the stream
         count, an empty group, groups of unequal size, a repeated cell, a cell outside the
         stream) is refused before anything is written (KV-027)."""
-        if not sinfo.idxs or len(sinfo.idxs) != len(sinfo.strm):
+        if not sinfo.size or len(sinfo.idxs) != len(sinfo.strm):
             raise KVCacheError(
                 "KV_SLOT_MISMATCH",
-                f"{len(sinfo.idxs)} cell groups for {len(sinfo.strm)} streams",
+                f"{len(sinfo.idxs)} cell groups of {sinfo.size} for {len(sinfo.strm)} streams",
                 field="sinfo",
             )
         for g, (st, idx) in enumerate(zip(sinfo.strm, sinfo.idxs)):
             self._check_stream(st)
-            if (
-                not idx
-                or len(idx) != len(sinfo.idxs[0])
-                or len(set(idx)) != len(idx)
-                or min(idx) < 0
-                or max(idx) >= self.kv_size
-            ):
-                raise KVCacheError(
-                    "KV_SLOT_MISMATCH",
-                    f"group {g} is empty, of another size, repeats a cell or leaves the stream",
-                    field="sinfo",
-                    index=g,
-                )
+            why = _group_fault(idx, sinfo.size, self.kv_size)
+            if why is not None:
+                raise KVCacheError("KV_SLOT_MISMATCH", f"group {g} has {why}", field="sinfo")
         device = self.k[0].device if self.k else None
         self._write_idx = [
             slice(int(ix[0]), int(ix[-1]) + 1)
