@@ -227,6 +227,31 @@ def test_top_k_cut_through_equal_logits_keeps_k_rows(
     assert np.array_equal(cur.p[out.ids], out.p)
 
 
+# (k, big): k > 128 rows kept out of 300, where llama.cpp switches from partial_sort to its
+# bucket sort; the logits +big and +inf must come first, -big and -inf stay out.
+HUGE_LOGITS = [(200, 1.0e9), (200, 3.0e38), (129, 4.0e8), (300, 1.0e9)]
+
+
+@pytest.mark.invariant("SMP-030")
+@pytest.mark.requires("sampling.chain", "sampling.top_k")
+@pytest.mark.parametrize(("k", "big"), HUGE_LOGITS)
+def test_top_k_ranks_huge_and_infinite_logits(target: Any, k: int, big: float) -> None:
+    # a bucketed selection must clamp a logit past its buckets into the end bucket: a float
+    # to int conversion that overflows (llama.cpp 0.3.36 above about 3.4e8, and +inf) lands
+    # the best rows in the lowest bucket (Decisions: Huge logits)
+    n = 300
+    rng = np.random.default_rng(k)
+    logits = rng.uniform(-8.0, 8.0, n).astype(F32)
+    best, second, low, lowest = rng.choice(n, 4, replace=False)
+    logits[[best, second, low, lowest]] = [np.inf, big, -big, -np.inf]
+    cur = TokenDataArray(np.arange(n, dtype=np.int32), logits, rng.random(n).astype(F32), -1, False)
+    out = apply_once(target, [["top_k", {"k": k}]], cur)
+    assert out.size == k and out.sorted is True, describe(out)
+    assert out.ids[:2].tolist() == [best, second], describe(out)
+    assert np.array_equal(out.ids, np.argsort(-logits, kind="stable")[:k]), describe(out)
+    assert np.array_equal(cur.p[out.ids], out.p)
+
+
 @pytest.mark.invariant("SMP-030", "SMP-045")
 @pytest.mark.requires("sampling.chain", "sampling.top_k", "sampling.logit_bias")
 @pytest.mark.parametrize(("n", "extra"), [(5000, 0), (5000, 1000), (6000, 0)])
