@@ -272,16 +272,19 @@ def test_bad_weights_are_refused_by_name_and_change_nothing(target: Any) -> None
     shaped = {**good, name: torch.zeros(8, 64)}
     extra = {**good, "blocks.1.attn.k_geo_null": torch.zeros(2, 16)}
     typed = {**good, name: good[name].double()}
+    untyped = {**good, name: good[name].tolist()}  # the right values, but not a tensor
     cases = [
-        (missing, "DBA_MISSING_TENSOR", name),
-        (shaped, "DBA_BAD_SHAPE", name),
-        (extra, "DBA_UNEXPECTED_TENSOR", "blocks.1.attn.k_geo_null"),
-        (typed, "DBA_BAD_DTYPE", name),
+        (missing, "DBA_MISSING_TENSOR", name, None),
+        (shaped, "DBA_BAD_SHAPE", name, None),
+        (extra, "DBA_UNEXPECTED_TENSOR", "blocks.1.attn.k_geo_null", None),
+        (typed, "DBA_BAD_DTYPE", name, "float64"),  # the message names the dtype it got
+        (untyped, "DBA_BAD_DTYPE", name, None),
     ]
-    for bad, code, field in cases:
+    for bad, code, field, words in cases:
         bad["blocks.0.attn.q_sem.weight"] = torch.ones(32, 64)  # earlier in order: not written
-        with unchanged(model.weights, "weights"), raises_code(code, field=field):
+        with unchanged(model.weights, "weights"), raises_code(code, field=field) as err:
             model.load_weights(bad)
+        assert words is None or words in str(err.value), str(err.value)
 
 
 @pytest.mark.invariant("DBA-012")
