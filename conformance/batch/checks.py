@@ -105,6 +105,8 @@ def check_ubatch(ub: Any, sb: Any) -> None:
         assert np.array_equal(pos[j * n : (j + 1) * n], want), f"section {j}"
         got = [ub.pos_of(k, j) for k in range(n)]
         assert got == [int(p) for p in want], f"pos_of(., {j})"
+    # without a section the accessor reads section 0, the position the memory and decoder use
+    assert [ub.pos_of(k) for k in range(n)] == [int(p) for p in pos[:n]], "pos_of(.) default"
     # sequence metadata
     present = sorted({s for k in range(n) for s in ubatch_seqs(ub, k)})
     assert list(np.asarray(ub.seq_id_unq)) == present

@@ -204,6 +204,11 @@ def test_split_equal_sets(target: Any, case: BatchCase, n_ubatch: int, sequentia
     sb, sp = _splitter(target, case)
     if sequential and sb.has_cpl:
         return
+    _check_split_equal_sets(sb, sp, n_ubatch, sequential)
+
+
+def _check_split_equal_sets(sb: Any, sp: Any, n_ubatch: int, sequential: bool) -> None:
+    """Split ``sp`` to the end with split_equal; every ubatch follows SPL-008/009/010."""
     seqs = token_seqs(sb)
     used: set[int] = set()
     taken_per_set: dict[frozenset[int], int] = {}
@@ -229,6 +234,31 @@ def test_split_equal_sets(target: Any, case: BatchCase, n_ubatch: int, sequentia
         remaining = [len(members[s]) - taken_per_set[s] + ub.n_seq_tokens for s in run_sets]
         assert ub.n_seq_tokens == min(min(remaining), max(1, n_ubatch // ub.n_seqs))  # SPL-010
         used.update(int(i) for i in ub.idxs)
+    assert sorted(used) == list(range(sb.n_tokens))
+
+
+@pytest.mark.invariant("SPL-008", "SPL-009", "SPL-010")
+@pytest.mark.parametrize("sequential", [False, True], ids=["any", "sequential"])
+@pytest.mark.parametrize("layout", ["blocks", "interleaved"])
+@pytest.mark.parametrize("n_ubatch", [3, 8, 32])
+def test_split_equal_sets_many_uneven_sequences(
+    target: Any, layout: str, n_ubatch: int, sequential: bool
+) -> None:
+    # twenty sequences of uneven lengths (more sets than the small batches above make): a
+    # sequence runs dry while the ones before it still hold tokens, and neither scan may pick
+    # a set with no unused token left
+    lengths = [1 + (5 * k) % 4 for k in range(20)]  # 1, 2, 3, 4, 1, 2, ...
+    if layout == "blocks":
+        order = [(s, p) for s, n in enumerate(lengths) for p in range(n)]
+    else:  # round-robin over the sequences that still have tokens
+        order = [(s, p) for p in range(max(lengths)) for s, n in enumerate(lengths) if p < n]
+    b = Batch.from_lists(
+        [i % 32 for i in range(len(order))],
+        pos=[p for _, p in order],
+        seq_ids=[[s] for s, _ in order],
+    )
+    sb, sp = _splitter(target, b, n_seq_max=len(lengths))
+    _check_split_equal_sets(sb, sp, n_ubatch, sequential)
 
 
 @pytest.mark.invariant("SPL-010")
@@ -433,7 +463,12 @@ def test_ubatch_reserve(target: Any, n_seq_tokens: int, n_seqs: int, n_pos: int)
     want = np.full(LLAMA_MAX_SEQ, -1)
     want[:n_seqs] = np.arange(n_seqs)
     assert np.array_equal(ub.seq_idx, want)
-    assert np.asarray(ub.pos).shape == (n * n_pos,)
+    assert np.array_equal(ub.pos, np.zeros(n * n_pos))
+    # no token lists a sequence (the caller fills them), none is an output, and no batch token
+    # backs any of them (decision S5: idxs -1)
+    assert np.array_equal(ub.n_seq_id, np.zeros(n)) and np.array_equal(ub.output, np.zeros(n))
+    assert np.asarray(ub.seq_id).shape[0] == n and (np.asarray(ub.seq_id) == -1).all()
+    assert np.array_equal(ub.idxs, np.full(n, -1))
 
 
 PLAN_TABLE = [
