@@ -249,7 +249,8 @@ GQA_INELIGIBLE = [
     pytest.param({"head_dim": 512, "n_kv": 12}, "head dim", id="head-dim-512"),
     # the limit holds for V's head dim too, not only Q/K's (each kernel tile spans both)
     pytest.param({"head_dim": 16, "v_head_dim": 512, "n_kv": 12}, "head dim", id="v-head-dim-512"),
-    pytest.param({"n_head": 130, "n_head_kv": 2, "n_kv": 12}, "group", id="group-65"),
+    # the reason names the group it found (130 query heads over 2 KV heads: 65)
+    pytest.param({"n_head": 130, "n_head_kv": 2, "n_kv": 12}, "group 65", id="group-65"),
 ]
 
 
