@@ -217,6 +217,26 @@ def test_apply_writes_2d_extension(target: Any) -> None:
     assert [tuple(e) for e in s.ext[:2]] == [(3, 1), (4, 2)]  # (x, y) = (section 2, section 1)
 
 
+@pytest.mark.invariant("KV-008", "KV-009", "KV-010")
+@pytest.mark.requires("kv.cache")
+def test_prepare_and_restore_put_back_2d_extensions(target: Any) -> None:
+    """M-RoPE ubatches: ``prepare``, and ``apply_ubatch`` then ``restore``, leave both parts of
+    every cell's 2-D extension as before, in an empty cell and in a reused (out of window) cell
+    whose old extension was not (0, 0)."""
+    c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4, n_swa=2, swa_type=1)
+    place(c, ubatch_from_lists([[0, 1, 2], [1, 2, 3], [4, 5, 6], [0, 0, 0]], [[0], [0], [0]]))
+    assert [tuple(e) for e in stream(c).ext] == [(4, 1), (5, 2), (6, 3), (0, 0)]
+    ub = ubatch_from_lists([[3, 4], [7, 8], [9, 10], [0, 0]], [[0], [0]])
+    with unchanged_cache(c, "the cache after prepare of M-RoPE ubatches"):
+        assert c.prepare([ub]) is not None
+    with unchanged_cache(c, "the cache after an M-RoPE apply and restore"):
+        slot = c.find_slot(ub)
+        assert slot is not None and list(slot.idxs[0]) == [3, 0]  # cell 0 reused (out of window)
+        undo = c.apply_ubatch(slot, ub)
+        assert [tuple(e) for e in stream(c).ext] == [(10, 8), (5, 2), (6, 3), (9, 7)]
+        c.restore(undo)
+
+
 @pytest.mark.invariant("KV-009")
 @pytest.mark.requires("kv.cache")
 def test_purge_can_drop_a_position_just_written(target: Any) -> None:
