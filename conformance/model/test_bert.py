@@ -254,6 +254,38 @@ def test_model_pooling_is_the_default(pooling: str, target: Any, tmp_path: Path)
     assert_nmse(want, np.asarray(ctx.get_embeddings_seq(0)), NMSE_BAR, pooling)
 
 
+def encode_file(engine: Any, path: Path, toks: list[int], **params: Any) -> np.ndarray:
+    """``toks`` (positions from 0) through a fresh context on ``path``: sequence 0's pooled row."""
+    ctx = bert_context(engine, path, embeddings=True, **params)
+    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
+    return np.asarray(ctx.get_embeddings_seq(0)).astype(np.float64)
+
+
+RANK = 4  # llama_pooling_type RANK: a reranker's pooling_type, the last type of the table
+
+
+@pytest.mark.invariant("GGUF-052")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling")
+def test_rank_pooling_file_loads(target: Any, tmp_path: Path) -> None:
+    # pooling_type RANK is a known type: the file loads, and a context that names its own
+    # pooling encodes it as the fixture (the key sets only the context's default)
+    path = write_bert_gguf(CFG, tmp_path / "rank.gguf", override_keys={KEY + "pooling_type": RANK})
+    toks = PROMPTS["short"]
+    got = encode_file(target, path, toks, pooling=BERT_POOLING["mean"])
+    want = pool(oracle.bert_embeddings(path, toks), "mean")
+    assert_nmse(want, got, NMSE_BAR, "MEAN on a RANK-default file")
+
+
+@pytest.mark.invariant("GGUF-052", "OUT-028")
+@pytest.mark.requires("decoder.errors", "decoder.embeddings", "decoder.pooling")
+def test_rank_pooling_default_is_refused(target: Any, tmp_path: Path) -> None:
+    # the model's RANK default is a RANK request: without a classifier head (which a bert
+    # file may not have, GGUF-052) the context refuses it at creation
+    path = write_bert_gguf(CFG, tmp_path / "rank.gguf", override_keys={KEY + "pooling_type": RANK})
+    with raises_code("DEC_POOLING_UNSUPPORTED"):
+        bert_context(target, path, embeddings=True)
+
+
 @pytest.mark.invariant("GGUF-052")
 @pytest.mark.requires("decoder.logits", "decoder.params", "decoder.embeddings", "decoder.pooling")
 @pytest.mark.parametrize("causal", [False, True])
@@ -339,6 +371,13 @@ BAD_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
         },
         "GGUF_INVALID_HPARAM",
         KEY + "attention.key_length",
+    ),
+    # past the pooler table (NONE..RANK, 0..4): llama.cpp 0.3.36 loads it and aborts building
+    # the graph of an embeddings context that takes it as its default
+    "unknown-pooling": (
+        {"override_keys": {KEY + "pooling_type": RANK + 1}},
+        "GGUF_INVALID_HPARAM",
+        KEY + "pooling_type",
     ),
     "llama-norm": (
         {"override_tensors": {"blk.0.attn_norm.weight": np.ones(CFG.n_embd, np.float32)}},
