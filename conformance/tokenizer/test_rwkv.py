@@ -108,6 +108,20 @@ def test_rwkv_pieces(target: Any, rwkv: Any) -> None:
             assert target.token_to_piece(rwkv, tid, False) == raw
 
 
+@pytest.mark.invariant("TOK-010")
+@pytest.mark.requires("model.errors")
+def test_out_of_range_ids(target: Any, rwkv: Any) -> None:
+    """RWKV's ``token_to_piece`` and ``detokenize`` refuse an id outside [0, n_vocab): -1 is
+    no alias of the last token."""
+    n = target.vocab_size(rwkv)
+    for bad in (-1, -n, n, 10**6):
+        for special in (False, True):
+            with raises_code("TOK_TOKEN_RANGE", what="token_to_piece"):
+                target.token_to_piece(rwkv, bad, special)
+        with raises_code("TOK_TOKEN_RANGE", index=1, what="detokenize"):
+            target.detokenize(rwkv, [1, bad], False, False)
+
+
 @pytest.mark.invariant("TOK-080")
 def test_space_prefix_key_strips_the_first_piece(target: Any, rwkv: Any, tmp_path: Path) -> None:
     """``add_space_prefix = true`` adds no space when tokenizing, but detokenize removes one
