@@ -1,6 +1,6 @@
 """A decoupled decode session's refusals (spec/decoupled.md DBA-022, DBA-023): bad tokens, a
-wrong batch, a full session and a second prefill are refused before any cache is touched; a
-call that fails inside the layers breaks the session for good."""
+wrong batch, a full session, a second prefill and a step's unknown path are refused before any
+cache is touched; a call that fails inside the layers breaks the session for good."""
 
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ def test_refused_calls_leave_the_session_as_it_was(target: Any) -> None:
             session.step([1, 2, 3], path="streaming")
         with raises_code("DBA_BAD_TOKENS", field="tokens", seq_id=0, index=0):
             session.step([64, 1], path="streaming")
+        with raises_code("KRN_BAD_PATH"):
+            session.step([1, 2], path="fused")  # not a path: refused before any layer runs
         assert session.length == i
         got.append(session.step([row[i] for row in toks], path="streaming")[0])
     assert session.length == 6
