@@ -31,6 +31,14 @@ NARROWS_TO_FIRST_SET = make_case(
     Batch.from_lists([1, 2, 3, 4], pos=[0, 1, 2, 3], seq_ids=[[0], [0], [0, 1], [0]]), None
 )
 FIVE = make_case(Batch.get_one([1, 2, 3, 4, 5]), None)
+# twenty sequences (more sequence sets than the splitter's small-batch path takes); the batch
+# opens with sequence 1, so sequence 1 is set 0: once sequence 0 leads the scan, a sequential
+# split_equal chains from it into set 0 (split_equal(2, True): [1, 2, 3], then [0, 1], ...)
+CHAIN_INTO_FIRST_SET = Batch.from_lists(
+    list(range(21)),
+    pos=[0, 0, 1] + [0] * 18,
+    seq_ids=[[1], [0], [1]] + [[s] for s in range(2, 20)],
+)
 
 GAP: tuple[BatchCase, str] = (
     make_case(Batch.from_lists([1, 2, 3], pos=[0, 1, 3], seq_ids=_S0), None),

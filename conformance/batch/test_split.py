@@ -22,7 +22,12 @@ from conformance.batch.checks import (
     token_seqs,
 )
 from conformance.fixtures.batch_corpus import case_named
-from conformance.strategies.batch import BatchCase, valid_cases
+from conformance.strategies.batch import (
+    MANY_SEQ_MAX,
+    BatchCase,
+    many_sequence_batches,
+    valid_cases,
+)
 from reference_impl.batch.split import SplitPlan
 from reference_impl.batch.types import LLAMA_MAX_SEQ, Batch
 from reference_impl.errors import BatchError
@@ -197,42 +202,55 @@ def _expected_sets(
     return chosen
 
 
-@pytest.mark.invariant("SPL-008", "SPL-009", "SPL-010")
-@given(valid_cases(max_tokens=30), UBATCH, st.booleans())
-@example(case=ex.OVERLAPPING_SETS, n_ubatch=4, sequential=False)
-def test_split_equal_sets(target: Any, case: BatchCase, n_ubatch: int, sequential: bool) -> None:
+@pytest.mark.invariant("SPL-008", "SPL-009", "SPL-010", "SPL-013")
+@given(valid_cases(max_tokens=30), UBATCH, st.booleans(), st.integers(0, 3))
+@example(case=ex.OVERLAPPING_SETS, n_ubatch=4, sequential=False, tail=0)
+def test_split_equal_sets(
+    target: Any, case: BatchCase, n_ubatch: int, sequential: bool, tail: int
+) -> None:
     sb, sp = _splitter(target, case)
     if sequential and sb.has_cpl:
         return
-    _check_split_equal_sets(sb, sp, n_ubatch, sequential)
+    _check_split_equal_sets(sb, sp, n_ubatch, sequential, tail if tail < n_ubatch else 0)
 
 
-def _check_split_equal_sets(sb: Any, sp: Any, n_ubatch: int, sequential: bool) -> None:
-    """Split ``sp`` to the end with split_equal; every ubatch follows SPL-008/009/010."""
+def _check_split_equal_sets(
+    sb: Any, sp: Any, n_ubatch: int, sequential: bool, n_keep_tail: int = 0
+) -> None:
+    """Split ``sp`` to the end with split_equal; every ubatch follows SPL-008/009/010 and, with
+    ``n_keep_tail``, SPL-013: the expected runs are rebuilt from the rules, ubatch by ubatch."""
     seqs = token_seqs(sb)
     used: set[int] = set()
-    taken_per_set: dict[frozenset[int], int] = {}
     members: dict[frozenset[int], list[int]] = {}
     for i, s in enumerate(seqs):
         members.setdefault(frozenset(s), []).append(i)
-    for ub in _run(sp, "equal_seq" if sequential else "equal", n_ubatch):
+    for ub in _run(sp, "equal_seq" if sequential else "equal", n_ubatch, n_keep_tail):
         assert ub.equal_seqs
-        chosen = _expected_sets(sb, used, n_ubatch, sequential)
+        chosen = _expected_sets(sb, used, n_ubatch, sequential)  # SPL-009
+        unused = [[i for i in members[c] if i not in used] for c in chosen]
+        rem = [len(u) for u in unused]
+        length = min(min(rem), max(1, n_ubatch // len(chosen)))  # SPL-010
+        n_keep = len(chosen)
+        if n_keep_tail > 0:  # SPL-013: the prefix of sets that finish or keep >= T for later
+            n_keep = 0
+            for r in rem:
+                if not (r == length or r - length >= n_keep_tail):
+                    break
+                n_keep += 1
+            if n_keep == 0:  # none does: the first chosen set alone, finished or cut to keep T
+                n_keep = 1
+                length = rem[0] if rem[0] <= n_ubatch else rem[0] - n_keep_tail
+        # SPL-008: the kept sets, laid out set by set, each its next unused tokens
+        want = [u[:length] for u in unused[:n_keep]]
         runs = [
             [int(i) for i in ub.idxs[k * ub.n_seq_tokens : (k + 1) * ub.n_seq_tokens]]
             for k in range(ub.n_seqs)
         ]
-        run_sets = [frozenset(seqs[r[0]]) for r in runs]
-        assert run_sets == chosen  # SPL-009 (no n_keep_tail: every chosen set is kept)
-        for a in range(len(run_sets)):  # SPL-008
-            for b in range(a + 1, len(run_sets)):
-                assert not (run_sets[a] & run_sets[b])
-        for st_, run in zip(run_sets, runs):
-            k = taken_per_set.get(st_, 0)
-            assert run == members[st_][k : k + len(run)]  # next unused tokens of exactly st_
-            taken_per_set[st_] = k + len(run)
-        remaining = [len(members[s]) - taken_per_set[s] + ub.n_seq_tokens for s in run_sets]
-        assert ub.n_seq_tokens == min(min(remaining), max(1, n_ubatch // ub.n_seqs))  # SPL-010
+        assert (ub.n_seqs, ub.n_seq_tokens) == (n_keep, length), (runs, want)
+        assert runs == want, f"sets {[sorted(c) for c in chosen[:n_keep]]}"
+        for a in range(n_keep):
+            for b in range(a + 1, n_keep):
+                assert not (chosen[a] & chosen[b])
         used.update(int(i) for i in ub.idxs)
     assert sorted(used) == list(range(sb.n_tokens))
 
@@ -259,6 +277,25 @@ def test_split_equal_sets_many_uneven_sequences(
     )
     sb, sp = _splitter(target, b, n_seq_max=len(lengths))
     _check_split_equal_sets(sb, sp, n_ubatch, sequential)
+
+
+@pytest.mark.invariant("SPL-008", "SPL-009", "SPL-010", "SPL-013")
+@given(
+    many_sequence_batches(),
+    st.sampled_from([1, 2, 3, 4, 6, 8, 32]),
+    st.booleans(),
+    st.integers(0, 3),
+)
+@example(batch=ex.CHAIN_INTO_FIRST_SET, n_ubatch=2, sequential=True, tail=0)
+def test_split_equal_many_sequences(
+    target: Any, batch: Batch, n_ubatch: int, sequential: bool, tail: int
+) -> None:
+    # 17 to 40 sequences of uneven lengths, drawn interleavings and id orders, some sharing a
+    # prefix: more sequence sets than valid_cases makes, so sets run dry at different times
+    # while the scan, the run length and n_keep_tail's resolution are rebuilt from the rules
+    sb, sp = _splitter(target, batch, n_seq_max=MANY_SEQ_MAX)
+    sequential = sequential and not sb.has_cpl  # SPL-011 refuses coupled sequential splits
+    _check_split_equal_sets(sb, sp, n_ubatch, sequential, tail if tail < n_ubatch else 0)
 
 
 @pytest.mark.invariant("SPL-010")
@@ -358,6 +395,9 @@ def test_keep_tail(
         ([6], 4, False, [[0, 0, 0, 0], [0, 0]]),
         ([3, 4], 6, True, [[0, 0, 0], [1, 1, 1, 1]]),
         ([1, 5, 2], 4, False, [[0, 1], [1, 1, 2, 2], [1, 1]]),
+        # no set qualifies: the first finishes, whether the next holds more or fewer tokens
+        ([3, 4], 4, False, [[0, 0, 0], [1, 1, 1, 1]]),
+        ([3, 2], 4, False, [[0, 0, 0], [1, 1]]),
     ],
 )
 def test_keep_tail_resolution(

@@ -233,6 +233,64 @@ def valid_cases(
     )
 
 
+MANY_SEQ_MAX = 64  # n_seq_max for many_sequence_batches: above every id it draws
+
+
+@st.composite
+def many_sequence_batches(
+    draw: st.DrawFn, *, min_seqs: int = 17, max_seqs: int = 40, allow_coupling: bool = True
+) -> Batch:
+    """A valid token batch (no memory needed) of many sequences of uneven lengths.
+
+    More sequence sets than ``valid_cases`` makes, so splits run out of some sets while others
+    still hold tokens. Ids are mostly consecutive (a few gaps) but assigned in a drawn order, so
+    the first-seen sequence is rarely sequence 0; tokens of different sequences interleave in a
+    drawn order. With coupling, a few groups of sequences share a prefix (tokens listing every
+    member, before the members' own tokens); sanitize with ``n_seq_max=MANY_SEQ_MAX``.
+    """
+    n = draw(st.integers(min_seqs, max_seqs))
+    base = draw(st.integers(0, 8))
+    extra = draw(st.integers(0, 4))
+    ids = draw(st.sets(st.integers(base, base + n + extra - 1), min_size=n, max_size=n))
+    seqs = draw(st.permutations(sorted(ids)))
+    lengths = draw(st.lists(st.integers(1, 6), min_size=n, max_size=n))
+    # groups of consecutive streams; a group of several shares a prefix
+    groups: list[list[int]] = [[k] for k in range(n)]
+    if allow_coupling and draw(st.booleans()):
+        groups = []
+        k = 0
+        while k < n:
+            size = draw(st.sampled_from([1, 1, 1, 2, 3]))
+            groups.append(list(range(k, min(k + size, n))))
+            k += size
+    streams: list[list[tuple[list[int], int]]] = []  # per group: (sequence ids, position)
+    for g in groups:
+        shared = draw(st.integers(1, 3)) if len(g) > 1 else 0
+        stream = [([seqs[k] for k in g], p) for p in range(shared)]
+        own = draw(st.permutations([k for k in g for _ in range(lengths[k])]))
+        nxt = {k: shared for k in g}
+        for k in own:
+            stream.append(([seqs[k]], nxt[k]))
+            nxt[k] += 1
+        streams.append(stream)
+    order = draw(st.permutations([j for j, s in enumerate(streams) for _ in s]))
+    at = [0] * len(streams)
+    rows: list[tuple[list[int], int]] = []
+    for j in order:
+        rows.append(streams[j][at[j]])
+        at[j] += 1
+    width = max(len(r) for r, _ in rows)
+    seq_id = np.full((len(rows), width), -1, dtype=np.int32)
+    for i, (r, _) in enumerate(rows):
+        seq_id[i, : len(r)] = r
+    return Batch(
+        token=np.arange(len(rows), dtype=np.int32) % 32,
+        pos=np.asarray([p for _, p in rows], dtype=np.int32),
+        n_seq_id=np.asarray([len(r) for r, _ in rows], dtype=np.int32),
+        seq_id=seq_id,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # invalid cases: one rule broken
 # --------------------------------------------------------------------------------------------
