@@ -273,9 +273,9 @@ def _finalize(
     out = torch.empty(bsz, n_head, dims.v_head_dim, dtype=torch.float32, device=qs.device)
     n_tail = cache.tail_len
     rings = [ct.ring if ct.ring is not None else qs for ct in (cache.k_sem, cache.k_geo, cache.v)]
-    ring_strides: list[int] = []
-    for r in rings:
-        ring_strides += [r.stride(0), r.stride(1)] if r.ndim == 3 else [0, 0]
+    # a tensor without a ring (resid 0) passes qs, 3-D like a ring ([B, H, d_sem], KRN-026);
+    # its tail is empty, so the kernel never reads through those strides
+    ring_strides = [s for r in rings for s in (r.stride(0), r.stride(1))]
     m, d, o = state
     K.finalize_kernel[(bsz * n_head,)](
         qs, qg, *rings, m, d, o, out,
