@@ -99,6 +99,10 @@ def test_storage_layout_write_and_views(target: Any, dtype: torch.dtype) -> None
     assert torch.equal(kv0.float(), k[0:2]) and torch.equal(vv0.float(), v[0:2])
     assert torch.equal(kv1[1:3].float(), k[2:4]) and torch.equal(vv1[1:3].float(), v[2:4])
     assert float(kv1[0].abs().sum()) == 0.0  # cell 0 of stream 1 was never written
+    for n_kv in (1, 6):  # the bounds of [1, kv_size]
+        kn, vn = c.kv_view(1, 0, n_kv)
+        assert tuple(kn.shape) == tuple(vn.shape) == (n_kv, 2, 3)
+        assert torch.equal(kn[:1].float(), k[:1]) and torch.equal(vn[:1].float(), v[:1])
     assert float(c.k[0].abs().sum()) == 0.0  # other layer untouched
     kv0[0, 0, 0] = 99.0  # a view, not a copy
     assert float(c.k[1][0, 0, 0, 0]) == 99.0

@@ -43,16 +43,18 @@ def test_find_slot_in_a_one_cell_cache(target: Any) -> None:
 @pytest.mark.invariant("KV-005", "KV-018")
 @pytest.mark.requires("kv.cache")
 def test_head_heuristic(target: Any) -> None:
-    """The search starts at 0 when head > used + 2 * n_tokens, else at the head."""
+    """The search starts at 0 when head > used + 2 * n_tokens, else at the head (also when
+    head == used + 2 * n_tokens exactly)."""
     c = target.new_kv_cache(kv_size=16, n_seq_max=2, unified=True)
-    toks = [(p, [1]) for p in range(8)] + [(0, [0]), (1, [0]), (10, [0])]
-    place(c, ubatch_from_lists([p for p, _ in toks], [s for _, s in toks]))  # cells 0..10
+    toks = [(p, [1]) for p in range(8)] + [(0, [0]), (1, [0]), (10, [0]), (11, [0])]
+    place(c, ubatch_from_lists([p for p, _ in toks], [s for _, s in toks]))  # cells 0..11
     c.seq_rm(1, -1, -1)  # frees cells 0..7: head 0
     c.seq_add(0, 0, 2, -5)  # empties cells 8, 9: head 8 (the first emptied cell)
-    assert stream(c).head == 8 and stream(c).used == 1
-    assert list(c.find_slot(run_of(0, 11, 1)).idxs[0]) == [0]  # 8 > 1 + 2
-    assert list(c.find_slot(run_of(0, 11, 3)).idxs[0]) == [0, 1, 2]  # 8 > 1 + 6
-    assert list(c.find_slot(run_of(0, 11, 4)).idxs[0]) == [8, 9, 11, 12]  # 8 <= 1 + 8
+    assert stream(c).head == 8 and stream(c).used == 2
+    assert list(c.find_slot(run_of(0, 12, 1)).idxs[0]) == [0]  # 8 > 2 + 2
+    assert list(c.find_slot(run_of(0, 12, 2)).idxs[0]) == [0, 1]  # 8 > 2 + 4
+    assert list(c.find_slot(run_of(0, 12, 3)).idxs[0]) == [8, 9, 12]  # 8 == 2 + 6: from the head
+    assert list(c.find_slot(run_of(0, 12, 4)).idxs[0]) == [8, 9, 12, 13]  # 8 < 2 + 8
 
 
 @pytest.mark.invariant("KV-007", "KV-005")
