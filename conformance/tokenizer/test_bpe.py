@@ -337,15 +337,23 @@ def _han_probe(cp: int) -> str:
 def test_kimi_han_class_is_unicode_cpt_is_han(target: Any, tmp_path: Path) -> None:
     """Kimi-K2's Han class is ``unicode_cpt_is_han``'s ranges: a Han code point and U+4E00
     after it are one Han run (the probe joining their bytes is reached, the control that shows
-    it is reachable), any other code point ends its word before U+4E00."""
+    it is reachable), any other code point ends its word before U+4E00; and a Han run ends at
+    the first code point after it that is not Han: a run of one Han code point (or three) and
+    the hexagram symbol U+4DC0 after it (UTF-8 lead byte 0xE4 too, so the probe of the run's
+    last code point would join them) are two words, their ids those of each alone."""
     probes = sorted({_han_probe(cp) for cp, _ in HAN_EDGES})
     vocab, first = _vocab_with_probes(target, tmp_path / "han.gguf", "kimi-k2", *probes)
-    bad = []
+    bad: list[tuple[object, ...]] = []
     for cp, han in HAN_EDGES:
         probe = first + probes.index(_han_probe(cp))
         ids = target.tokenize(vocab, chr(cp) + "\u4e00", False, False)
         if (probe in ids) != han:
             bad.append((hex(cp), han, ids))
+        for run in (chr(cp), "\u4e00\u4e00" + chr(cp)) if han else ():
+            ids = target.tokenize(vocab, run + "\u4dc0", False, False)
+            want = [i for w in (run, "\u4dc0") for i in target.tokenize(vocab, w, False, False)]
+            if ids != want:
+                bad.append((hex(cp), run, "U+4DC0", ids, want))
     assert not bad, bad
 
 
