@@ -19,11 +19,12 @@ added to its matrix's product; a fused ``attn_qkv`` is Q's rows, then K's, then 
 ``rope_freqs`` divides pair j's angle by rope_freqs[j]; ``qwen2`` rotates the NEOX pairs
 (q[j], q[j + head_dim/2]) instead of adjacent ones.
 
-``gemma3`` (llama.cpp ``src/models/gemma3.cpp``): x_0 = E[token] * sqrt(n_embd); q and k are
-RMS-normalized per head (weights attn_q_norm / attn_k_norm) before NEOX RoPE; the attention
-output and the FFN output are RMS-normalized (post_attention_norm / post_ffw_norm) before their
-residual adds; the FFN is gelu(Wgate m) * (Wup m) with ggml's GELU (the tanh approximation
-evaluated on the float16-rounded input, rounded to float16); with ``attention.sliding_window``
+``gemma3`` (llama.cpp ``src/models/gemma3.cpp``): x_0 = E[token] * sqrt(n_embd); q and k
+(their optional biases added) are RMS-normalized per head (weights attn_q_norm / attn_k_norm)
+before NEOX RoPE; the attention output and the FFN output are RMS-normalized
+(post_attention_norm / post_ffw_norm) before their residual adds; the FFN is
+gelu(Wgate m) * (Wup m) with ggml's GELU (the tanh approximation evaluated on the
+float16-rounded input, rounded to float16); with ``attention.sliding_window``
 = w > 0 the layers il % 6 < 5 (or those of ``attention.sliding_window_pattern``) attend only
 to keys at positions t' > t - w and rotate with base ``rope.freq_base_swa`` (10000); a
 ``final_logit_softcapping`` c maps the logits to c * tanh(logits / c).
@@ -269,9 +270,9 @@ def _forward_gemma3(m: OracleModel, tokens: list[int]) -> np.ndarray:
         queries, keys, vals = [], [], []
         for pos, x in enumerate(xs):
             h = _rmsnorm(x, w[p + "attn_norm.weight"], m.eps)
-            q = (w[p + "attn_q.weight"] @ h).reshape(m.n_head, hd)
-            k = (w[p + "attn_k.weight"] @ h).reshape(m.n_head_kv, hd)
-            v = (w[p + "attn_v.weight"] @ h).reshape(m.n_head_kv, hd)
+            q = _linear(w, p + "attn_q", h).reshape(m.n_head, hd)
+            k = _linear(w, p + "attn_k", h).reshape(m.n_head_kv, hd)
+            v = _linear(w, p + "attn_v", h).reshape(m.n_head_kv, hd)
             qn = [_rmsnorm(q[i], w[p + "attn_q_norm.weight"], m.eps) for i in range(m.n_head)]
             kn = [_rmsnorm(k[i], w[p + "attn_k_norm.weight"], m.eps) for i in range(m.n_head_kv)]
             queries.append([_rope(r, pos, base, neox=True) for r in qn])

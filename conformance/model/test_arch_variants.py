@@ -1,6 +1,6 @@
 """llama's optional tensors (biases, fused ``attn_qkv``, ``rope_freqs``) and the ``qwen2``,
 ``qwen2vl`` and ``gemma3`` architectures, on the suite's own random-weight F32 fixtures
-(``ARCH_FIXTURES``).
+(``ARCH_FIXTURES``, and each architecture's fixture with its Q/K/V stored as one ``attn_qkv``).
 
 Each variant is checked against the float64 oracle (which reads the optional tensors from their
 definitions), against the peer (llama.cpp by default: prompt logits, cached greedy decode steps
@@ -9,6 +9,7 @@ and a three-sequence batch, F32 K/V), and through its typed load errors.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,12 @@ import torch
 
 from conformance.assertions import assert_nmse, nmse, raises_code
 from conformance.decoder.helpers import batch
-from conformance.fixtures.gguf_models import ARCH_FIXTURES, fixture_path, write_gguf
+from conformance.fixtures.gguf_models import (
+    ARCH_FIXTURES,
+    FixtureConfig,
+    fixture_path,
+    write_gguf,
+)
 from conformance.gate import cached
 from conformance.model import oracle
 from conformance.model.test_forward import PROMPTS
@@ -70,14 +76,53 @@ def test_variant_logits_match_oracle(
         assert_nmse(oracle.forward(gguf_path(name), tokens), got, NMSE_BAR, f"{name}/{label}")
 
 
-@pytest.mark.invariant("GGUF-044")
+# Every architecture takes a fused attn_qkv (llama.cpp 0.3.36 `create_tensor_qkv`): fixture ->
+# the row of its architecture. Each file has Q/K/V biases, stored as one attn_qkv.bias when
+# fused; gemma3's fixture, which has none, gets them here (they go in before its Q/K norms).
+FUSED_QKV = {
+    "llama_bias": ("GGUF-044",),
+    "qwen2": ("GGUF-044", "GGUF-046"),
+    "qwen2vl": ("GGUF-044", "GGUF-051"),
+    "gemma3": ("GGUF-044", "GGUF-049"),
+}
+QKV_BIASES = ("attn_q", "attn_k", "attn_v")
+
+
+def _with_qkv_biases(name: str) -> FixtureConfig:
+    cfg = ARCH_FIXTURES[name]
+    if set(QKV_BIASES) <= set(cfg.biases):
+        return cfg
+    return dataclasses.replace(cfg, name=f"{name}_qkv_bias", biases=(*cfg.biases, *QKV_BIASES))
+
+
+def _fused(name: str) -> FixtureConfig:
+    """The fixture (with Q/K/V biases) storing its Q/K/V weights and biases as one attn_qkv."""
+    cfg = _with_qkv_biases(name)
+    return dataclasses.replace(cfg, name=f"{cfg.name}_fused", fused_qkv=True)
+
+
+def _arch_params(table: dict[str, tuple[str, ...]]) -> list[Any]:
+    out = []
+    for n, rows in table.items():
+        marks = [pytest.mark.invariant(*rows)]
+        if n in ARCH_CAPABILITY:
+            marks.append(pytest.mark.requires(ARCH_CAPABILITY[n]))
+        out.append(pytest.param(n, id=n, marks=marks))
+    return out
+
+
 @pytest.mark.requires("model.load", "model.forward")
-def test_fused_qkv_computes_like_separate_tensors(target: Any, load: Callable[[str], Any]) -> None:
-    # llama_qkv stores llama_bias's Q/K/V weights and biases as one attn_qkv (Q, K, V rows)
+@pytest.mark.parametrize("name", _arch_params(FUSED_QKV))
+def test_fused_qkv_computes_like_separate_tensors(name: str, target: Any, tmp_path: Path) -> None:
+    # the same Q/K/V weights and biases as one attn_qkv (Q's rows, then K's, then V's): the
+    # separate file gives the oracle's logits (its biases used), the fused one the same
     tokens = PROMPTS["long"]
-    fused = np.asarray(target.forward_logits(load("llama_qkv"), tokens))
-    separate = np.asarray(target.forward_logits(load("llama_bias"), tokens))
-    assert_nmse(separate, fused, 1e-10, "fused attn_qkv vs separate Q/K/V")
+    sep_path = write_gguf(_with_qkv_biases(name), tmp_path / "separate.gguf")
+    fused_path = write_gguf(_fused(name), tmp_path / "fused.gguf")
+    separate = np.asarray(target.forward_logits(target.load_model(sep_path), tokens))
+    assert_nmse(oracle.forward(sep_path, tokens), separate, NMSE_BAR, f"{name} with Q/K/V biases")
+    fused = np.asarray(target.forward_logits(target.load_model(fused_path), tokens))
+    assert_nmse(separate, fused, 1e-10, f"{name}: fused attn_qkv vs separate Q/K/V")
 
 
 def _fused_with_separate_biases(tmp: Path, biases: tuple[str, ...]) -> Path:
@@ -246,8 +291,15 @@ def test_k_shift_keeps_rope_relative(
 # -- load errors --------------------------------------------------------------------------------
 
 
+# The fixtures of the bad-file cases: ARCH_FIXTURES and each architecture's fused-QKV file.
+BAD_FILE_CONFIGS: dict[str, FixtureConfig] = {
+    **ARCH_FIXTURES,
+    **{f"{n}_fused": _fused(n) for n in ("qwen2", "qwen2vl", "gemma3")},
+}
+
+
 def _write(tmp: Path, name: str, **kw: Any) -> Path:
-    return write_gguf(ARCH_FIXTURES[name], tmp / f"{name}-variant.gguf", **kw)
+    return write_gguf(BAD_FILE_CONFIGS[name], tmp / f"{name}-variant.gguf", **kw)
 
 
 LLAMA_BIAS = ARCH_FIXTURES["llama_bias"]
@@ -294,14 +346,29 @@ BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "GGUF_UNEXPECTED_TENSOR",
         "blk.0.attn_q.bias",
     ),
-    # llama's optional tensors that qwen2 does not have (GGUF-046), each of its right shape
-    # (n_embd 64, n_embd_q + 2·n_embd_k_gqa = 128, n_rot / 2 = 8): refused, not ignored
-    "qwen2-fused-qkv": (
-        "qwen2",
-        {"override_tensors": {"blk.0.attn_qkv.weight": np.zeros((128, 64), np.float32)}},
-        "GGUF_UNSUPPORTED_FEATURE",
-        "blk.0.attn_qkv.weight",
+    # every architecture takes a fused attn_qkv as llama does (create_tensor_qkv, 0.3.36), so
+    # a separate Q, K or V weight beside it is unused: qwen2's Q {64, 64}, qwen2vl's V
+    # {64, 32} (n_embd_k_gqa 32), gemma3's K {64, 64} (two heads of 32 values)
+    "qwen2-q-beside-fused-qkv": (
+        "qwen2_fused",
+        {"override_tensors": {"blk.0.attn_q.weight": np.zeros((64, 64), np.float32)}},
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.attn_q.weight",
     ),
+    "qwen2vl-v-beside-fused-qkv": (
+        "qwen2vl_fused",
+        {"override_tensors": {"blk.1.attn_v.weight": np.zeros((32, 64), np.float32)}},
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.1.attn_v.weight",
+    ),
+    "gemma3-k-beside-fused-qkv": (
+        "gemma3_fused",
+        {"override_tensors": {"blk.0.attn_k.weight": np.zeros((64, 64), np.float32)}},
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.attn_k.weight",
+    ),
+    # llama's optional tensors that qwen2 does not have (GGUF-046), each of its right shape
+    # (n_embd 64, n_rot / 2 = 8): refused, not ignored
     "qwen2-o-bias": (
         "qwen2",
         {"override_tensors": {"blk.1.attn_output.bias": np.zeros(64, np.float32)}},
@@ -320,6 +387,13 @@ BAD_FILES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         {"override_tensors": {"rope_freqs.weight": np.ones(8, np.float32)}},
         "GGUF_UNSUPPORTED_FEATURE",
         "rope_freqs.weight",
+    ),
+    # gemma3 has Q/K/V biases only (GGUF-049), no O bias
+    "gemma3-o-bias": (
+        "gemma3",
+        {"override_tensors": {"blk.0.attn_output.bias": np.zeros(64, np.float32)}},
+        "GGUF_UNSUPPORTED_FEATURE",
+        "blk.0.attn_output.bias",
     ),
     # gemma3 has no rope_freqs either (n_rot / 2 = 16 divisors for its 32-value heads)
     "gemma3-rope-freqs": (
@@ -341,7 +415,8 @@ def _bad_params() -> list[Any]:
     # a case on a fixture of an architecture other than llama needs its capability
     out = []
     for case, (name, *_) in BAD_FILES.items():
-        marks = [pytest.mark.requires(ARCH_CAPABILITY[name])] if name in ARCH_CAPABILITY else []
+        arch = BAD_FILE_CONFIGS[name].architecture
+        marks = [pytest.mark.requires(ARCH_CAPABILITY[arch])] if arch in ARCH_CAPABILITY else []
         out.append(pytest.param(case, id=case, marks=marks))
     return out
 

@@ -237,6 +237,76 @@ def test_variants_match_peer(
     assert_nmse(_token_rows(peer, path, toks), ours, NMSE_BAR, f"{variant} vs the peer")
 
 
+# A fused attn_qkv (llama.cpp 0.3.36 `create_tensor_qkv`, as for llama: GGUF-044, GGUF-057):
+# case -> (where the fixture's Q/K/V biases go, the separate-tensor file it must encode as).
+# The biases go into one attn_qkv.bias, stay the three separate ones (added as a full set), or
+# only Q's stays (a partial set: added as none); the grouped-K/V file (no biases) fuses
+# Q {32 rows} with K and V {16 rows each}.
+QKV = ("attn_q", "attn_k", "attn_v")
+FUSED_QKV_CASES: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "fused-bias": (None, "fixture"),
+    "separate-biases": (QKV, "fixture"),
+    "no-qkv-biases": ((), "no-qkv-biases"),
+    "q-bias-only": (("attn_q",), "no-qkv-biases"),
+    "gqa-no-biases": ((), "gqa-no-biases"),
+}
+
+
+def _fused_qkv_file(tmp: Path, case: str) -> Path:
+    """The fixture (or its grouped-K/V variant) with each layer's Q, K and V weights stored as
+    one ``attn_qkv`` (Q's rows, then K's, then V's) and the case's Q/K/V biases (None: one
+    ``attn_qkv.bias``)."""
+    separate_biases, _ = FUSED_QKV_CASES[case]
+    gqa = case == "gqa-no-biases"
+    kw = VARIANTS["gqa-no-biases"] if gqa else {}
+    omit = [*kw.get("omit_tensors", ())]
+    tensors: dict[str, np.ndarray] = {}
+    for il in range(CFG.n_layer):
+        p = f"blk.{il}."
+        mats = []
+        for m in QKV:
+            name = p + m + ".weight"
+            rows = GQA_KV.get(name) if gqa else None
+            mats.append(
+                rows if rows is not None else bert_tensor_values(CFG, name, (CFG.n_embd,) * 2)
+            )
+            omit.append(name)
+        tensors[p + "attn_qkv.weight"] = np.concatenate(mats)
+        biases = [bert_tensor_values(CFG, p + m + ".bias", (CFG.n_embd,)) for m in QKV]
+        if separate_biases is None and not gqa:
+            tensors[p + "attn_qkv.bias"] = np.concatenate(biases)
+        omit += [p + m + ".bias" for m in QKV if m not in (separate_biases or ())]
+    return write_bert_gguf(
+        CFG,
+        tmp / f"fused-{case}.gguf",
+        omit_tensors=omit,
+        override_keys=kw.get("override_keys"),
+        override_tensors=tensors,
+    )
+
+
+@pytest.mark.invariant("GGUF-052", "GGUF-057")
+@pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling")
+@pytest.mark.parametrize("case", list(FUSED_QKV_CASES))
+def test_fused_qkv_encodes_like_separate_tensors(
+    case: str, target: Any, tmp_path: Path, variant_files: Callable[[str], Path]
+) -> None:
+    toks = PROMPTS["long"]
+    fused = _token_rows(target, _fused_qkv_file(tmp_path, case), toks)
+    like = FUSED_QKV_CASES[case][1]
+    if like == "fixture":
+        path = bert_fixture_path()
+    elif like == "no-qkv-biases":
+        omit = [f"blk.{il}.{m}.bias" for il in range(CFG.n_layer) for m in QKV]
+        path = write_bert_gguf(CFG, tmp_path / "no-qkv-biases.gguf", omit_tensors=omit)
+        # the Q/K/V biases matter: leaving them out is visible
+        assert nmse(_token_rows(target, bert_fixture_path(), toks), fused) > 1e-4
+    else:
+        path = variant_files(like)
+    separate = _token_rows(target, path, toks)
+    assert_nmse(separate, fused, 1e-10, f"{case}: fused attn_qkv vs separate Q/K/V ({like})")
+
+
 @pytest.mark.invariant("GGUF-052")
 @pytest.mark.requires("decoder.logits", "decoder.embeddings")
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
@@ -350,14 +420,16 @@ BAD_FILES: dict[str, tuple[dict[str, Any], str, str]] = {
         "GGUF_UNSUPPORTED_FEATURE",
         "cls.weight",
     ),
-    "fused-qkv": (
+    # a fused attn_qkv displaces the separate Q/K/V weights of its layer (GGUF-048): stored
+    # beside it, they are unused (the first one in the file is named)
+    "q-k-v-beside-fused-qkv": (
         {
             "override_tensors": {
                 "blk.0.attn_qkv.weight": np.zeros((3 * CFG.n_embd, CFG.n_embd), np.float32)
             }
         },
-        "GGUF_UNSUPPORTED_FEATURE",
-        "blk.0.attn_qkv.weight",
+        "GGUF_UNEXPECTED_TENSOR",
+        "blk.0.attn_q.weight",
     ),
     # key_length / value_length: heads of 2·n_embd / n_head values, Q/K/V and O sized for them
     # (llama.cpp 0.3.36 refuses this file: bert's attn_q must be {n_embd, n_embd})

@@ -409,20 +409,19 @@ def _every_key_decoded(target: Any) -> Any:
 
 
 def _fused_qkv_v_before_k(target: Any) -> Any:
-    # A fused attn_qkv is split as Q, V, K (V's rows taken before K's).
-    import dataclasses
-
+    # A fused attn_qkv is split as Q, V, K (V's rows taken before K's), in every architecture.
     import reference_impl.model.gguf_loader as loader
 
-    original = loader.layer_weights
+    original = loader.qkv_weights
 
-    def layer_weights(hp: Any, loaded: dict[str, torch.Tensor], il: int) -> Any:
-        lw = original(hp, loaded, il)
+    def qkv_weights(hp: Any, loaded: dict[str, torch.Tensor], il: int) -> Any:
+        (wq, wk, wv), (bq, bk, bv) = original(hp, loaded, il)
         if f"blk.{il}.attn_qkv.weight" not in loaded:
-            return lw
-        return dataclasses.replace(lw, wk=lw.wv, wv=lw.wk, bk=lw.bv, bv=lw.bk)
+            return [wq, wk, wv], [bq, bk, bv]
+        return [wq, wv, wk], [bq, bv, bk]
 
-    replace(loader.__name__, "layer_weights", layer_weights)
+    replace(loader.__name__, "qkv_weights", qkv_weights)
+    replace("reference_impl.model.bert", "qkv_weights", qkv_weights)  # bert imports it by name
     return target
 
 
@@ -630,11 +629,11 @@ def _bert_kv_bias_sized_as_q(target: Any) -> Any:
 
     original = bert._layer
 
-    def _layer(t: dict[str, torch.Tensor], il: int) -> Any:
+    def _layer(t: dict[str, torch.Tensor], il: int, hp: Any) -> Any:
         p = f"blk.{il}."
-        n_q = t[p + "attn_q.weight"].shape[0]
+        n_q = hp.n_embd_q
         parts = [t.get(p + m + ".bias", torch.zeros(n_q)) for m in ("attn_q", "attn_k", "attn_v")]
-        return dataclasses.replace(original(t, il), b_qkv=torch.cat(parts))
+        return dataclasses.replace(original(t, il, hp), b_qkv=torch.cat(parts))
 
     replace("reference_impl.model.bert", "_layer", _layer)
     return target

@@ -4,23 +4,28 @@ The llama forward (:mod:`reference_impl.model.llama`) serves llama and qwen2; ge
 layer (:mod:`reference_impl.model.gemma3`) on the same building blocks. An :class:`ArchSpec`
 says which optional and extra tensors an architecture's files carry, how RoPE pairs dimensions
 and which layers slide. Facts from llama.cpp ``src/models/llama.cpp`` / ``qwen2.cpp`` /
-``gemma3.cpp`` (``load_arch_tensors`` and the graph), ``llama_model_rope_type`` and
-``llama_hparams::set_swa_pattern`` (0.3.36):
+``qwen2vl.cpp`` / ``gemma3.cpp`` / ``bert.cpp`` (``load_arch_tensors`` and the graph),
+``llama_model_rope_type`` and ``llama_hparams::set_swa_pattern`` (0.3.36). Every one of them
+loads Q/K/V through ``llama_model_base::create_tensor_qkv`` (src/llama-model.cpp, 0.3.36): an
+optional fused ``attn_qkv`` (with optional bias) in place of Q/K/V, else Q/K/V weights with
+optional biases each; so every architecture accepts the fused tensor and Q/K/V biases.
 
 * ``llama``: optional biases on Q, K, V, O and the three FFN matrices, an optional fused
   ``attn_qkv`` (with optional bias) in place of Q/K/V, optional ``rope_freqs`` (llama 3 rope
   factors, one tensor shared by every layer); RoPE in NORM mode (adjacent pairs);
-* ``qwen2``: Q, K and V biases (no O or FFN bias, no fused QKV, no rope factors); RoPE in NEOX
-  mode (pairs ``(x[j], x[j + n_rot/2])``);
+* ``qwen2``: Q, K and V biases, optional fused QKV (no O or FFN bias, no rope factors); RoPE in
+  NEOX mode (pairs ``(x[j], x[j + n_rot/2])``);
 * ``qwen2vl``: qwen2's tensors; M-RoPE (NEOX pairs): each token has 4 positions (time,
   height, width, extra) and pair ``j`` rotates by the position of the section that
   ``j % sum(sections)`` falls in (``rope.dimension_sections``, 4 counts of pairs);
-* ``gemma3``: no biases; four more RMSNorm weights per layer (Q and K per head, after the
+* ``gemma3``: optional Q/K/V biases or fused QKV (no O or FFN bias); four more RMSNorm weights
+  per layer (Q and K per head, applied after the Q/K/V projection and its bias, after the
   attention, after the FFN); NEOX RoPE; interleaved sliding-window attention in a period of 6
   (layers ``il % 6 < 5`` slide, every 6th is global) with base 10000 for the sliding layers;
 * ``bert``: encoder-only (:mod:`reference_impl.model.bert`): learned absolute positions, an
   optional token-type table, LayerNorms with biases after the embeddings and after each
-  block's attention and FFN, optional Q/K/V/O and FFN biases, no RoPE and no output head.
+  block's attention and FFN, optional Q/K/V/O and FFN biases, optional fused QKV, no RoPE and
+  no output head.
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ class ArchSpec:
     rope_neox: bool  # NEOX pairs (x[j], x[j+n_rot/2]) instead of NORM's (x[2j], x[2j+1])
     biases: tuple[str, ...]  # per-layer tensors whose `.bias` the file may carry
     rope_freqs: bool  # accepts `rope_freqs.weight` (per-pair frequency divisors)
-    fused_qkv: bool  # accepts `blk.N.attn_qkv.weight` (+ bias) instead of Q/K/V
     # required per-layer norm weights beyond attn_norm / ffn_norm (`blk.N.<name>.weight`)
     layer_norms: tuple[str, ...] = ()
     swa_period: int = 0  # sliding-window layers: il % period < period - 1 (0: none)
@@ -63,30 +67,25 @@ BERT_BIASES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down"
 @implements("GGUF-044", "GGUF-046", "GGUF-049", "GGUF-051", "GGUF-052")
 def _table() -> dict[str, ArchSpec]:
     return {
-        "llama": ArchSpec(
-            "llama", rope_neox=False, biases=BIAS_TENSORS, rope_freqs=True, fused_qkv=True
-        ),
+        "llama": ArchSpec("llama", rope_neox=False, biases=BIAS_TENSORS, rope_freqs=True),
         "qwen2": ArchSpec(
             "qwen2",
             rope_neox=True,
             biases=("attn_q", "attn_k", "attn_v"),
             rope_freqs=False,
-            fused_qkv=False,
         ),
         "qwen2vl": ArchSpec(
             "qwen2vl",
             rope_neox=True,
             biases=("attn_q", "attn_k", "attn_v"),
             rope_freqs=False,
-            fused_qkv=False,
             mrope=True,
         ),
         "gemma3": ArchSpec(
             "gemma3",
             rope_neox=True,
-            biases=(),
+            biases=("attn_q", "attn_k", "attn_v"),
             rope_freqs=False,
-            fused_qkv=False,
             layer_norms=GEMMA3_NORMS,
             swa_period=6,
             rope_freq_base_swa=10000.0,
@@ -96,7 +95,6 @@ def _table() -> dict[str, ArchSpec]:
             rope_neox=False,
             biases=BERT_BIASES,
             rope_freqs=False,
-            fused_qkv=False,
             encoder_only=True,
         ),
     }

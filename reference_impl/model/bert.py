@@ -7,7 +7,8 @@ times its weight plus its bias::
 
     x = E[token] + T[0] + P[pos]           (T: token types, row 0 only; P: learned positions)
     x = LN(x) · embd_norm
-    per layer:  q, k, v = Wq x + bq, Wk x + bk, Wv x + bv      (per head, no RoPE)
+    per layer:  q, k, v = Wq x + bq, Wk x + bk, Wv x + bv      (per head, no RoPE; a fused
+                                                    attn_qkv is Wq, Wk, Wv stacked by rows)
                 h = LN(Wo attn(q, k, v) + bo + x) · attn_output_norm        (post-norm)
                 x = LN(Wdown gelu(Wup h + bup) + bdown + h) · layer_output_norm
     embeddings = x                          (no final norm, no output head)
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 
 from reference_impl.errors import BatchError
 from reference_impl.model.gemma3 import gelu_ggml
-from reference_impl.model.gguf_loader import HParams, ModelWeights
+from reference_impl.model.gguf_loader import HParams, ModelWeights, qkv_weights
 from reference_impl.model.llama import AttentionFn, LlamaForward, sdpa_attention
 from reference_impl.spec_links import implements
 
@@ -65,17 +66,14 @@ def _bias(t: dict[str, torch.Tensor], name: str, size: int) -> torch.Tensor:
 
 
 @implements("GGUF-052")
-def _layer(t: dict[str, torch.Tensor], il: int) -> BertLayer:
+def _layer(t: dict[str, torch.Tensor], il: int, hp: HParams) -> BertLayer:
     # a missing bias is zeros of its matrix's output length (K/V: n_embd_k_gqa under GQA)
     p = f"blk.{il}."
-    mats = [t[p + m + ".weight"] for m in ("attn_q", "attn_k", "attn_v")]
+    mats, biases = qkv_weights(hp, t, il)
     return BertLayer(
         wqkv_t=torch.cat(mats, dim=0).t(),
         b_qkv=torch.cat(
-            [
-                _bias(t, p + m + ".bias", w.shape[0])
-                for m, w in zip(("attn_q", "attn_k", "attn_v"), mats)
-            ]
+            [torch.zeros(w.shape[0]) if b is None else b for w, b in zip(mats, biases)]
         ),
         wo_t=t[p + "attn_output.weight"].t(),
         b_o=_bias(t, p + "attn_output.bias", t[p + "attn_output.weight"].shape[0]),
@@ -126,7 +124,7 @@ class BertForward(LlamaForward):
         self.type_embd = t.get("token_types.weight")  # [n_token_types, n_embd] or None
         self.pos_embd = t["position_embd.weight"]  # [n_ctx_train, n_embd]
         self.embd_norm = (t["token_embd_norm.weight"], t["token_embd_norm.bias"])
-        self.layers = tuple(_layer(t, il) for il in range(self.hparams.n_layer))  # type: ignore[misc]
+        self.layers = tuple(_layer(t, il, self.hparams) for il in range(self.hparams.n_layer))  # type: ignore[misc]
         self.output = torch.empty(0, self.hparams.n_embd)  # no output head
         self.rope_freqs = None
         self.rope_swa = None

@@ -5,7 +5,7 @@ the cached ubatch step, the K-shift) with gemma3's layer::
 
     x = E[token] · sqrt(n_embd)                       (token input only; embeddings as given)
     per layer:  h = rmsnorm(x) · attn_norm
-                q, k, v = Wq h, Wk h, Wv h             (per head)
+                q, k, v = Wq h + bq, Wk h + bk, Wv h + bv   (per head; biases optional)
                 q = rope(rmsnorm(q) · q_norm), k = rope(rmsnorm(k) · k_norm)   (NEOX pairs)
                 x = x + rmsnorm(Wo attn(q, k, v)) · post_attention_norm
                 m = rmsnorm(x) · ffn_norm
@@ -37,6 +37,7 @@ from reference_impl.model.llama import (
     AttentionFn,
     LlamaForward,
     RopeCache,
+    fuse_qkv_bias,
     normed_matmul,
     resolve_output,
     rms_norm,
@@ -89,6 +90,9 @@ class Gemma3Layer:
     w_gate_up_t: torch.Tensor  # [n_embd, 2·n_ff]: (cat(Wgate, Wup)·diag(ffn_norm))ᵀ
     w_down_t: torch.Tensor  # [n_ff, n_embd]
     ffn_post_norm: torch.Tensor  # [n_embd]
+    # cat(bq, bk, bv) (a missing part zeros), or None: optional Q/K/V biases, added before the
+    # per-head Q/K norms (llama.cpp's build_qkv, then attn_q_norm / attn_k_norm)
+    b_qkv: torch.Tensor | None = None
 
 
 def _required(t: torch.Tensor | None, name: str) -> torch.Tensor:
@@ -117,6 +121,7 @@ class Gemma3Forward(LlamaForward):
                 w_gate_up_t=(torch.cat([lw.ffn_gate, lw.ffn_up], dim=0) * lw.ffn_norm).t(),
                 w_down_t=lw.ffn_down.t(),
                 ffn_post_norm=_required(lw.ffn_post_norm, "post_ffw_norm"),
+                b_qkv=fuse_qkv_bias(lw),
             )
             for lw in weights.layers
         )
@@ -150,6 +155,8 @@ class Gemma3Forward(LlamaForward):
             assert isinstance(layer, Gemma3Layer)
             rot = rot_swa if hp.is_swa(il) else rot_global
             qkv = normed_matmul(x, layer.wqkv_t, eps)
+            if layer.b_qkv is not None:
+                qkv.add_(layer.b_qkv)
             q = rms_norm(qkv[:, :n_q].reshape(n, n_head, hd), layer.q_norm, eps)
             k = rms_norm(qkv[:, n_q : n_q + n_k].reshape(n, n_head_kv, hd), layer.k_norm, eps)
             v = qkv[:, n_q + n_k :].reshape(n, n_head_kv, hd)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -647,9 +648,9 @@ def optional_tensor_shapes(hp: HParams, spec: ArchSpec) -> dict[str, tuple[int, 
         p = f"blk.{i}."
         for b in spec.biases:
             shapes[p + b + ".bias"] = (lengths[b],)
-        if spec.fused_qkv:
-            shapes[p + "attn_qkv.weight"] = (hp.n_embd, n_qkv)
-            shapes[p + "attn_qkv.bias"] = (n_qkv,)
+        # every supported architecture takes a fused QKV (llama.cpp's create_tensor_qkv)
+        shapes[p + "attn_qkv.weight"] = (hp.n_embd, n_qkv)
+        shapes[p + "attn_qkv.bias"] = (n_qkv,)
     return shapes
 
 
@@ -661,14 +662,13 @@ def plan_tensors(
     with a fused ``attn_qkv.weight`` needs no separate Q/K/V, and then separate Q/K/V weights
     are displaced (llama.cpp does not create them, so it refuses the file), and so are separate
     Q/K/V biases beside an ``attn_qkv.bias``; without that fused bias they stay optional
-    (GGUF-057). A layer without the fused weight has no ``attn_qkv.bias``. An architecture
-    without fused QKV keeps its Q/K/V and refuses the ``attn_qkv`` tensor itself."""
+    (GGUF-057). A layer without the fused weight has no ``attn_qkv.bias``."""
     required = expected_tensor_shapes(hp)
     optional = optional_tensor_shapes(hp, spec)
     displaced: set[str] = set()
     for i in range(hp.n_layer):
         p = f"blk.{i}."
-        if spec.fused_qkv and p + "attn_qkv.weight" in present:
+        if p + "attn_qkv.weight" in present:
             kinds = ("weight", "bias") if p + "attn_qkv.bias" in present else ("weight",)
             for m in ("attn_q", "attn_k", "attn_v"):
                 for name in (f"{p}{m}.{kind}" for kind in kinds):
@@ -835,17 +835,38 @@ def vocab_only_weights(
     )
 
 
-def separate_biases_count(biases: dict[str, torch.Tensor]) -> bool:
+def separate_biases_count(biases: Sequence[torch.Tensor | None]) -> bool:
     """Whether separate Q/K/V biases beside a fused ``attn_qkv`` weight are used: all three."""
-    return all(attr in biases for attr in ("bq", "bk", "bv"))
+    return all(b is not None for b in biases)
 
 
-@implements("GGUF-044", "GGUF-057")
-def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> LayerWeights:
-    """Block ``il`` from the loaded tensors: a fused ``attn_qkv`` (and its bias) is split by
-    rows into Q, K and V (Q's ``n_embd_q`` rows first, then K's and V's ``n_embd_k_gqa``).
+@implements("GGUF-044", "GGUF-052", "GGUF-057")
+def qkv_weights(
+    hp: HParams, loaded: dict[str, torch.Tensor], il: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """Block ``il``'s Q, K and V matrices and biases (None: absent), as llama.cpp's
+    ``create_tensor_qkv`` takes them for every architecture: a fused ``attn_qkv`` (and its
+    bias) is split by rows (Q's ``n_embd_q`` rows first, then K's and V's ``n_embd_k_gqa``).
     Beside a fused weight without a fused bias, separate Q/K/V biases count only as a full
-    set: llama.cpp adds them as one concatenated bias, and a partial set is loaded unused."""
+    set: llama.cpp adds them as one concatenated bias, and a partial set is loaded unused.
+    Without a fused weight, the separate weights and each bias on its own."""
+    p = f"blk.{il}."
+    names = [p + m for m in ("attn_q", "attn_k", "attn_v")]
+    fused = loaded.get(p + "attn_qkv.weight")
+    if fused is None:
+        return [loaded[n + ".weight"] for n in names], [loaded.get(n + ".bias") for n in names]
+    sizes = [hp.n_embd_q, hp.n_embd_k_gqa, hp.n_embd_k_gqa]
+    mats = [m.contiguous() for m in torch.split(fused, sizes, dim=0)]
+    fused_bias = loaded.get(p + "attn_qkv.bias")
+    if fused_bias is not None:
+        return mats, [b.contiguous() for b in torch.split(fused_bias, sizes)]
+    biases = [loaded.get(n + ".bias") for n in names]
+    return mats, biases if separate_biases_count(biases) else [None, None, None]
+
+
+@implements("GGUF-044")
+def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> LayerWeights:
+    """Block ``il`` from the loaded tensors, Q/K/V as ``qkv_weights`` gives them."""
     p = f"blk.{il}."
     mats = {
         attr: loaded[p + key + ".weight"]
@@ -857,16 +878,12 @@ def layer_weights(hp: HParams, loaded: dict[str, torch.Tensor], il: int) -> Laye
         for key, attr in _BIAS_ATTRS.items()
         if p + key + ".bias" in loaded
     }
-    if p + "attn_qkv.weight" in loaded:
-        sizes = [hp.n_embd_q, hp.n_embd_k_gqa, hp.n_embd_k_gqa]
-        wq, wk, wv = torch.split(loaded[p + "attn_qkv.weight"], sizes, dim=0)
-        mats.update(wq=wq.contiguous(), wk=wk.contiguous(), wv=wv.contiguous())
-        if p + "attn_qkv.bias" in loaded:
-            bq, bk, bv = torch.split(loaded[p + "attn_qkv.bias"], sizes)
-            biases.update(bq=bq.contiguous(), bk=bk.contiguous(), bv=bv.contiguous())
-        elif not separate_biases_count(biases):
-            for attr in ("bq", "bk", "bv"):
-                biases.pop(attr, None)
+    (wq, wk, wv), qkv_biases = qkv_weights(hp, loaded, il)
+    mats.update(wq=wq, wk=wk, wv=wv)
+    for attr, b in zip(("bq", "bk", "bv"), qkv_biases, strict=True):
+        biases.pop(attr, None)
+        if b is not None:
+            biases[attr] = b
     return LayerWeights(**mats, **biases)
 
 
