@@ -211,6 +211,22 @@ def test_n_kv_follows_the_last_used_cell_not_the_count(target: Any) -> None:
     assert (used(), cache.get_n_kv(slot)) == (10, 256)
     place_run(cache, 0, 10, 280)  # refills 10..289 (the head moved on), so 289 is the last
     assert (used(), cache.get_n_kv(slot)) == (290, 512)
+    cache.clear(data=False)  # no used cell is left, so no last used one either
+    slot = place_run(cache, 0, 0, 1)
+    assert (used(), cache.get_n_kv(slot)) == (1, 256)
+
+
+@pytest.mark.invariant("KV-002", "KV-011", "KV-016")
+@pytest.mark.requires("kv.cache")
+def test_n_kv_of_a_stream_copy_destination(target: Any) -> None:
+    """A cross-stream copy empties the destination stream first: its n_kv then follows the
+    copied cells, not the 300 cells it held before."""
+    cache = target.new_kv_cache(kv_size=600, n_seq_max=2)
+    slot = place_run(cache, 1, 0, 300)
+    place_run(cache, 0, 0, 5)
+    assert cache.get_n_kv(slot) == 512
+    cache.seq_cp(0, 1, -1, -1)
+    assert (cache.state().streams[1].used, cache.get_n_kv(slot)) == (5, 256)
 
 
 @pytest.mark.invariant("KV-024")

@@ -173,6 +173,22 @@ def test_seq_cp_across_streams_full_range(target: Any) -> None:
 
 @pytest.mark.invariant("KV-016")
 @pytest.mark.requires("kv.cache")
+def test_seq_cp_across_streams_copies_2d_extensions(target: Any) -> None:
+    """M-RoPE cells copied to another stream keep their 2-D extension (llama.cpp copies
+    ``ext`` with the cell); the destination's own cells, and their extensions, are gone."""
+    c = target.new_kv_cache(kv_size=4, n_seq_max=2, n_pos_per_embd=4)
+    place(c, ubatch_from_lists([[4, 5, 6], [1, 2, 3], [3, 7, 9], [0, 0, 0]], [[0], [0], [0]]))
+    c.seq_rm(0, 5, 6)  # a hole at cell 1
+    place(c, ubatch_from_lists([[0, 1, 2, 3], [5] * 4, [6] * 4, [0] * 4], [[1]] * 4))
+    assert [tuple(e) for e in stream(c, 1).ext] == [(6, 5)] * 4
+    c.seq_cp(0, 1, -1, -1)
+    assert cells(c, 1) == [(4, (1,)), E, (6, (1,)), E]
+    assert [tuple(e) for e in stream(c, 1).ext] == [(3, 1), (0, 0), (9, 3), (0, 0)]
+    assert [tuple(e) for e in stream(c, 0).ext] == [(3, 1), (0, 0), (9, 3), (0, 0)]
+
+
+@pytest.mark.invariant("KV-016")
+@pytest.mark.requires("kv.cache")
 @pytest.mark.parametrize(
     ("p0", "p1", "full"),
     [

@@ -56,6 +56,12 @@ def test_update_hands_shifts_to_the_rotation_callback(target: Any) -> None:
     calls.clear()
     c.update(rotate)
     assert calls == []
+    # without a callback the pending shifts are dropped, the keys are left as they are
+    c.seq_add(0, -1, -1, 1)
+    keys = [k.clone() for k in c.k]
+    res = c.update()
+    assert res.shifted is True and stream(c).shift == (0,) * 4 and not stream(c).has_shift
+    assert all(torch.equal(a, b) for a, b in zip(c.k, keys))
 
 
 @pytest.mark.invariant("KV-026", "KV-016")

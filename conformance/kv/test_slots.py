@@ -210,9 +210,12 @@ def test_restore_puts_back_the_shift_flag(target: Any) -> None:
 
 @pytest.mark.invariant("KV-009")
 @pytest.mark.requires("kv.cache")
-def test_apply_writes_2d_extension(target: Any) -> None:
-    c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4)
-    ub = ubatch_from_lists([[5, 5], [1, 2], [3, 4], [0, 0]], [[0], [0]])
+@pytest.mark.parametrize("n_pos", [3, 4])
+def test_apply_writes_2d_extension(target: Any, n_pos: int) -> None:
+    """Positions are 2-D from 3 sections on (llama_ubatch::is_pos_2d): x is section 2 and y
+    section 1 whatever the section count (with 3 sections, section 2 is the last one)."""
+    c = target.new_kv_cache(kv_size=4, n_pos_per_embd=n_pos)
+    ub = ubatch_from_lists([[5, 5], [1, 2], [3, 4], [0, 0]][:n_pos], [[0], [0]])
     place(c, ub)
     s = stream(c)
     assert s.pos[:2] == (5, 5)
