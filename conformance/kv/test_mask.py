@@ -216,6 +216,20 @@ def test_n_kv_follows_the_last_used_cell_not_the_count(target: Any) -> None:
     assert (used(), cache.get_n_kv(slot)) == (1, 256)
 
 
+@pytest.mark.invariant("KV-002", "KV-011")
+@pytest.mark.requires("kv.cache")
+def test_n_kv_after_removing_one_cell_at_the_tail(target: Any) -> None:
+    """Cells 0..257 used: emptying cell 256 alone leaves 257 the last used one (n_kv 512);
+    emptying cell 257 alone then makes 255 the last used one (n_kv 256)."""
+    cache = target.new_kv_cache(kv_size=600)
+    slot = place_run(cache, 0, 0, 258)
+    assert cache.get_n_kv(slot) == 512
+    cache.seq_rm(0, 256, 257)
+    assert cache.get_n_kv(slot) == 512, "cell 257 is still the last used one"
+    cache.seq_rm(0, 257, -1)
+    assert cache.get_n_kv(slot) == 256, "cell 255 is now the last used one"
+
+
 @pytest.mark.invariant("KV-002", "KV-011", "KV-016")
 @pytest.mark.requires("kv.cache")
 def test_n_kv_of_a_stream_copy_destination(target: Any) -> None:

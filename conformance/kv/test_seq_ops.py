@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from conformance.kv.helpers import (
     cache_state,
@@ -328,6 +329,20 @@ def test_clear_leaves_cells_as_in_a_new_cache(target: Any) -> None:
     assert [tuple(e) for e in stream(c).ext[:2]] == [(3, 1), (4, 2)]
     c.clear()
     assert cache_state(c) == cache_state(target.new_kv_cache(kv_size=4, n_pos_per_embd=4))
+
+
+@pytest.mark.invariant("KV-021")
+@pytest.mark.requires("kv.cache", "kv.storage")
+def test_clear_zeroes_the_tensors_by_default(target: Any) -> None:
+    """``clear()`` without arguments means ``data=True``: every K and V tensor is zeroed."""
+    c = target.new_kv_cache(kv_size=4, n_layer=2)
+    slot = place_run(c, 0, 0, 3)
+    k = torch.arange(1, 4, dtype=torch.float32).reshape(3, 1, 1)
+    for layer in (0, 1):
+        c.write_kv(layer, slot, k, -k)
+    assert all(float(t.abs().sum()) > 0.0 for t in (*c.k, *c.v))
+    c.clear()
+    assert all(float(t.abs().sum()) == 0.0 for t in (*c.k, *c.v))
 
 
 @pytest.mark.invariant("KV-014", "KV-017")

@@ -152,12 +152,20 @@ def test_storage_bad_config(target: Any, bad: dict[str, Any]) -> None:
 @pytest.mark.invariant("KV-027")
 @pytest.mark.requires("kv.cache", "kv.storage")
 def test_storage_bad_arguments(target: Any) -> None:
-    c = target.new_kv_cache(kv_size=4, n_layer=1, n_head_kv=1, head_dim=2)
+    c = target.new_kv_cache(kv_size=4, n_layer=2, n_head_kv=1, head_dim=2)
     slot = place(c, run_of(0, 0, 2))
-    expect_code(c, "KV_LAYER_RANGE", c.kv_view, 1, 0, 2)
-    expect_code(c, "KV_STREAM_RANGE", c.kv_view, 0, 1, 2)
-    expect_code(c, "KV_N_KV_RANGE", c.kv_view, 0, 0, 5)
-    expect_code(c, "KV_N_KV_RANGE", c.kv_view, 0, 0, 0)
+    # a negative layer or stream is out of range, not an index from the end
+    for layer in (-1, 2):
+        expect_code(c, "KV_LAYER_RANGE", c.kv_view, layer, 0, 2)
+    for strm in (-1, 1):
+        expect_code(c, "KV_STREAM_RANGE", c.kv_view, 0, strm, 2)
+    kv_before = [t.clone() for t in (*c.k, *c.v)]
+    for layer in (-1, 2):  # valid slot and rows: only the layer is wrong, nothing is written
+        rows = torch.ones(2, 1, 2)
+        expect_code(c, "KV_LAYER_RANGE", c.write_kv, layer, slot, rows, rows)
+    assert all(torch.equal(a, b) for a, b in zip(kv_before, (*c.k, *c.v)))
+    for n_kv in (5, 0, -1):  # outside [1, kv_size], named as kv_mask names it (KV-024)
+        expect_code(c, "KV_N_KV_RANGE", c.kv_view, 0, 0, n_kv, field="n_kv")
     expect_code(
         c, "KV_SLOT_MISMATCH", c.write_kv, 0, slot, torch.zeros(3, 1, 2), torch.zeros(3, 1, 2)
     )

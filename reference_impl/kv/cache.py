@@ -745,7 +745,9 @@ class KVCache:
     def _check_view(self, stream: int, n_kv: int) -> None:
         self._check_stream(stream)
         if not 0 < n_kv <= self.kv_size:
-            raise KVCacheError("KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]")
+            raise KVCacheError(
+                "KV_N_KV_RANGE", f"n_kv {n_kv} not in (0, {self.kv_size}]", field="n_kv"
+            )
 
     @implements("KV-027")
     def kv_views(self, stream: int, n_kv: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
