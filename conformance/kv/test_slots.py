@@ -126,14 +126,17 @@ def test_bad_ubatch_layouts(target: Any) -> None:
     place_run(c, 0, 0, 2)
     # not sequence-major
     interleaved = ubatch_from_lists([2, 0, 3, 1], [[0], [1], [0], [1]], n_groups=2)
-    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, interleaved)
+    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, interleaved, field="seq_id", index=1, seq_id=0)
     expect_code(c, "KV_UBATCH_LAYOUT", c.prepare, [run_of(0, 2, 1), interleaved])
+    # only the last token is out of place: it is the one named, with the sequence it should be in
+    stray = ubatch_from_lists([2, 3, 0, 1], [[0], [0], [1], [0]], n_groups=2)
+    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, stray, field="seq_id", index=3, seq_id=1)
     # a token in two sequences that live in different streams
     coupled = ubatch_from_lists([2], [[0, 1]])
     expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, coupled)
     # unequal groups
     uneven = ubatch_from_lists([2, 3, 0], [[0], [0], [1]], n_groups=2)
-    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, uneven)
+    expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, uneven, field="n_seqs_unq")
     # no stream group at all: the count names the field, it is not divided by
     groupless = replace(run_of(0, 2, 2), n_seqs_unq=0)
     expect_code(c, "KV_UBATCH_LAYOUT", c.find_slot, groupless, field="n_seqs_unq")
