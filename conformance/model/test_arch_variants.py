@@ -54,13 +54,21 @@ NMSE_BAR = 1e-6  # F32 weights, F32 K/V: both engines compute the same float32 f
 N_STEPS = 10  # cached decode steps after the prompt
 
 
-def _params(names: list[str] | None = None, decode: bool = False) -> list[Any]:
+def _requires_arch(arch: str) -> list[Any]:
+    """The capability mark a file of architecture ``arch`` needs (none for llama)."""
+    return [pytest.mark.requires(ARCH_CAPABILITY[arch])] if arch in ARCH_CAPABILITY else []
+
+
+def _params(
+    names: list[str] | None = None, decode: bool = False, rows: tuple[str, ...] = ()
+) -> list[Any]:
+    """One param per fixture, marked with its rows (``rows`` first, then the fixture's own and,
+    with ``decode``, what its decode shows) and its architecture's capability."""
     out = []
     for n in names or list(VARIANTS):
         extra = DECODE_INVARIANTS.get(n, ()) if decode else ()
-        marks = [pytest.mark.invariant(*VARIANTS[n], *extra)]
-        if n in ARCH_CAPABILITY:
-            marks.append(pytest.mark.requires(ARCH_CAPABILITY[n]))
+        marks = [pytest.mark.invariant(*dict.fromkeys((*rows, *VARIANTS[n], *extra)))]
+        marks += _requires_arch(ARCH_FIXTURES[n].architecture)
         out.append(pytest.param(n, id=n, marks=marks))
     return out
 
@@ -76,15 +84,10 @@ def test_variant_logits_match_oracle(
         assert_nmse(oracle.forward(gguf_path(name), tokens), got, NMSE_BAR, f"{name}/{label}")
 
 
-# Every architecture takes a fused attn_qkv (llama.cpp 0.3.36 `create_tensor_qkv`): fixture ->
-# the row of its architecture. Each file has Q/K/V biases, stored as one attn_qkv.bias when
-# fused; gemma3's fixture, which has none, gets them here (they go in before its Q/K norms).
-FUSED_QKV = {
-    "llama_bias": ("GGUF-044",),
-    "qwen2": ("GGUF-044", "GGUF-046"),
-    "qwen2vl": ("GGUF-044", "GGUF-051"),
-    "gemma3": ("GGUF-044", "GGUF-049"),
-}
+# Every architecture takes a fused attn_qkv (llama.cpp 0.3.36 `create_tensor_qkv`), one
+# fixture of each. Each file has Q/K/V biases, stored as one attn_qkv.bias when fused; gemma3's
+# fixture, which has none, gets them here (they go in before its Q/K norms).
+FUSED_QKV = ["llama_bias", "qwen2", "qwen2vl", "gemma3"]
 QKV_BIASES = ("attn_q", "attn_k", "attn_v")
 
 
@@ -101,18 +104,8 @@ def _fused(name: str) -> FixtureConfig:
     return dataclasses.replace(cfg, name=f"{cfg.name}_fused", fused_qkv=True)
 
 
-def _arch_params(table: dict[str, tuple[str, ...]]) -> list[Any]:
-    out = []
-    for n, rows in table.items():
-        marks = [pytest.mark.invariant(*rows)]
-        if n in ARCH_CAPABILITY:
-            marks.append(pytest.mark.requires(ARCH_CAPABILITY[n]))
-        out.append(pytest.param(n, id=n, marks=marks))
-    return out
-
-
 @pytest.mark.requires("model.load", "model.forward")
-@pytest.mark.parametrize("name", _arch_params(FUSED_QKV))
+@pytest.mark.parametrize("name", _params(FUSED_QKV, rows=("GGUF-044",)))
 def test_fused_qkv_computes_like_separate_tensors(name: str, target: Any, tmp_path: Path) -> None:
     # the same Q/K/V weights and biases as one attn_qkv (Q's rows, then K's, then V's): the
     # separate file gives the oracle's logits (its biases used), the fused one the same
@@ -415,8 +408,7 @@ def _bad_params() -> list[Any]:
     # a case on a fixture of an architecture other than llama needs its capability
     out = []
     for case, (name, *_) in BAD_FILES.items():
-        arch = BAD_FILE_CONFIGS[name].architecture
-        marks = [pytest.mark.requires(ARCH_CAPABILITY[arch])] if arch in ARCH_CAPABILITY else []
+        marks = _requires_arch(BAD_FILE_CONFIGS[name].architecture)
         out.append(pytest.param(case, id=case, marks=marks))
     return out
 

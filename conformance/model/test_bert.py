@@ -212,6 +212,13 @@ def _token_rows(engine: Any, path: Path, toks: list[int]) -> np.ndarray:
     return read(ctx, "none", [0], len(toks)).astype(np.float64)
 
 
+def encode_file(engine: Any, path: Path, toks: list[int], **params: Any) -> np.ndarray:
+    """``toks`` (positions from 0) through a fresh context on ``path``: sequence 0's pooled row."""
+    ctx = bert_context(engine, path, embeddings=True, **params)
+    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
+    return np.asarray(ctx.get_embeddings_seq(0)).astype(np.float64)
+
+
 @pytest.mark.invariant("GGUF-052")
 @pytest.mark.requires("decoder.logits", "decoder.embeddings", "decoder.pooling")
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -318,17 +325,8 @@ def test_model_pooling_is_the_default(pooling: str, target: Any, tmp_path: Path)
         override_keys={KEY + "pooling_type": BERT_POOLING[pooling]},
     )
     toks = PROMPTS["short"]
-    ctx = bert_context(target, path, embeddings=True)
-    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
     want = pool(oracle.bert_embeddings(path, toks), pooling)
-    assert_nmse(want, np.asarray(ctx.get_embeddings_seq(0)), NMSE_BAR, pooling)
-
-
-def encode_file(engine: Any, path: Path, toks: list[int], **params: Any) -> np.ndarray:
-    """``toks`` (positions from 0) through a fresh context on ``path``: sequence 0's pooled row."""
-    ctx = bert_context(engine, path, embeddings=True, **params)
-    assert ctx.decode(batch(toks, pos=list(range(len(toks))), all_out=True)) == 0
-    return np.asarray(ctx.get_embeddings_seq(0)).astype(np.float64)
+    assert_nmse(want, encode_file(target, path, toks), NMSE_BAR, pooling)
 
 
 RANK = 4  # llama_pooling_type RANK: a reranker's pooling_type, the last type of the table
