@@ -35,6 +35,11 @@ def stream(cache: Any, stream: int = 0) -> Any:
     return cache.state().streams[stream]
 
 
+def exts(cache: Any, stream: int = 0) -> list[tuple[int, ...]]:
+    """The 2-D (M-RoPE) extension (x, y) of every cell of a stream."""
+    return [tuple(int(v) for v in e) for e in cache.state().streams[stream].ext]
+
+
 _STREAM_FIELDS = ("pos", "seqs", "shift", "ext", "head", "used", "has_shift")
 
 

@@ -11,6 +11,7 @@ from conformance.kv.helpers import (
     cache_state,
     cells,
     expect_code,
+    exts,
     place,
     place_run,
     place_tokens,
@@ -181,11 +182,11 @@ def test_seq_cp_across_streams_copies_2d_extensions(target: Any) -> None:
     place(c, ubatch_from_lists([[4, 5, 6], [1, 2, 3], [3, 7, 9], [0, 0, 0]], [[0], [0], [0]]))
     c.seq_rm(0, 5, 6)  # a hole at cell 1
     place(c, ubatch_from_lists([[0, 1, 2, 3], [5] * 4, [6] * 4, [0] * 4], [[1]] * 4))
-    assert [tuple(e) for e in stream(c, 1).ext] == [(6, 5)] * 4
+    assert exts(c, 1) == [(6, 5)] * 4
     c.seq_cp(0, 1, -1, -1)
     assert cells(c, 1) == [(4, (1,)), E, (6, (1,)), E]
-    assert [tuple(e) for e in stream(c, 1).ext] == [(3, 1), (0, 0), (9, 3), (0, 0)]
-    assert [tuple(e) for e in stream(c, 0).ext] == [(3, 1), (0, 0), (9, 3), (0, 0)]
+    assert exts(c, 1) == [(3, 1), (0, 0), (9, 3), (0, 0)]
+    assert exts(c, 0) == [(3, 1), (0, 0), (9, 3), (0, 0)]
 
 
 @pytest.mark.invariant("KV-016")
@@ -326,7 +327,7 @@ def test_clear_leaves_cells_as_in_a_new_cache(target: Any) -> None:
     """Emptied M-RoPE cells keep no 2-D extension: the state equals a new cache's."""
     c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4)
     place(c, ubatch_from_lists([[5, 5], [1, 2], [3, 4], [0, 0]], [[0], [0]]))
-    assert [tuple(e) for e in stream(c).ext[:2]] == [(3, 1), (4, 2)]
+    assert exts(c)[:2] == [(3, 1), (4, 2)]
     c.clear()
     assert cache_state(c) == cache_state(target.new_kv_cache(kv_size=4, n_pos_per_embd=4))
 
@@ -357,7 +358,7 @@ def test_emptied_mrope_cell_keeps_no_extension(target: Any, op: str, args: tuple
     that stays keeps its extension."""
     c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4)
     place(c, ubatch_from_lists([[4, 5], [1, 2], [3, 7], [0, 0]], [[0], [1]]))
-    assert [tuple(e) for e in stream(c).ext[:2]] == [(3, 1), (7, 2)]
+    assert exts(c)[:2] == [(3, 1), (7, 2)]
     getattr(c, op)(*args)
     s = stream(c)
     assert cells(c) == [(4, (0,)), E, E, E], (op, args)

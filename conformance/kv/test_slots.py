@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from conformance.kv.helpers import cells, expect_code, place, place_run, stream, unchanged_cache
+from conformance.kv.helpers import (
+    cells,
+    expect_code,
+    exts,
+    place,
+    place_run,
+    stream,
+    unchanged_cache,
+)
 from conformance.strategies.kv import grouped, run_of, ubatch_from_lists
 
 E = (-1, ())
@@ -233,7 +241,7 @@ def test_prepare_and_restore_put_back_2d_extensions(target: Any) -> None:
     whose old extension was not (0, 0)."""
     c = target.new_kv_cache(kv_size=4, n_pos_per_embd=4, n_swa=2, swa_type=1)
     place(c, ubatch_from_lists([[0, 1, 2], [1, 2, 3], [4, 5, 6], [0, 0, 0]], [[0], [0], [0]]))
-    assert [tuple(e) for e in stream(c).ext] == [(4, 1), (5, 2), (6, 3), (0, 0)]
+    assert exts(c) == [(4, 1), (5, 2), (6, 3), (0, 0)]
     ub = ubatch_from_lists([[3, 4], [7, 8], [9, 10], [0, 0]], [[0], [0]])
     with unchanged_cache(c, "the cache after prepare of M-RoPE ubatches"):
         assert c.prepare([ub]) is not None
@@ -241,7 +249,7 @@ def test_prepare_and_restore_put_back_2d_extensions(target: Any) -> None:
         slot = c.find_slot(ub)
         assert slot is not None and list(slot.idxs[0]) == [3, 0]  # cell 0 reused (out of window)
         undo = c.apply_ubatch(slot, ub)
-        assert [tuple(e) for e in stream(c).ext] == [(10, 8), (5, 2), (6, 3), (9, 7)]
+        assert exts(c) == [(10, 8), (5, 2), (6, 3), (9, 7)]
         c.restore(undo)
 
 
